@@ -1,0 +1,95 @@
+#!/usr/bin/env bash
+# Project test entry point (also what .ci/run executes).
+#
+#   scripts/test.sh [pytest args...]
+#
+# 1. creates .venv (python3 -m venv) if missing;
+# 2. installs the project editable with the [tests] extra (skipped when pyproject.toml is
+#    unchanged since the last successful install);
+# 3. installs verl==0.9.1 with --no-deps (no torch) unless that version is already there;
+# 4. ruff check, mypy (strict, config in pyproject) on the package dirs that hold .py files;
+# 5. pytest "$@"; "no tests collected" (exit 5) counts as a failure.
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$ROOT"
+
+VENV="$ROOT/.venv"
+PY="$VENV/bin/python"
+VERL_VERSION="0.9.1"
+LOG_DIR="$(mktemp -d)"
+trap 'rm -rf "$LOG_DIR"' EXIT
+
+# Ray 2.60 enables token auth by default and writes ~/.ray/auth_token on first init.
+export RAY_AUTH_MODE="${RAY_AUTH_MODE:-disabled}"
+
+step() { printf '==> %s\n' "$*"; }
+
+# Run a command with its output captured; print the output only if it fails.
+quiet() {
+    local name="$1"
+    shift
+    local log="$LOG_DIR/$name.log"
+    local start=$SECONDS
+    if ! "$@" >"$log" 2>&1; then
+        printf 'FAILED: %s\n' "$*" >&2
+        # The pip config here lists local index folders that may be absent; drop that noise.
+        grep -v "is ignored: it is neither a file nor a directory" "$log" >&2 || true
+        exit 1
+    fi
+    printf '    ok (%ss)\n' "$((SECONDS - start))"
+}
+
+if [[ ! -x "$PY" ]]; then
+    step "creating $VENV"
+    quiet venv python3 -m venv "$VENV"
+fi
+
+STAMP="$VENV/.affinity-install-stamp"
+WANT_STAMP="$(sha256sum pyproject.toml | cut -d' ' -f1)"
+if [[ ! -f "$STAMP" || "$(cat "$STAMP")" != "$WANT_STAMP" ]]; then
+    step "pip install -e '.[tests]'"
+    quiet install-project "$VENV/bin/pip" install -q -e '.[tests]'
+    printf '%s\n' "$WANT_STAMP" >"$STAMP"
+else
+    step "project install up to date (pyproject.toml unchanged)"
+fi
+
+HAVE_VERL="$("$PY" -c 'import importlib.metadata as m
+try:
+    print(m.version("verl"))
+except m.PackageNotFoundError:
+    print("")')"
+if [[ "$HAVE_VERL" != "$VERL_VERSION" ]]; then
+    step "pip install --no-deps verl==$VERL_VERSION"
+    quiet install-verl "$VENV/bin/pip" install -q --no-deps "verl==$VERL_VERSION"
+else
+    step "verl $VERL_VERSION already installed"
+fi
+
+step "ruff check ."
+"$VENV/bin/ruff" check .
+
+MYPY_TARGETS=()
+for dir in affinity_core affinity_cli affinity_conformance adapters proofs tests benchmarks; do
+    if [[ -d "$dir" ]] && [[ -n "$(find "$dir" -name '*.py' -print -quit)" ]]; then
+        MYPY_TARGETS+=("$dir")
+    fi
+done
+if ((${#MYPY_TARGETS[@]})); then
+    step "mypy ${MYPY_TARGETS[*]}"
+    "$VENV/bin/mypy" "${MYPY_TARGETS[@]}"
+else
+    step "mypy: no Python sources yet, skipped"
+fi
+
+step "pytest $*"
+set +e
+"$PY" -m pytest "$@"
+status=$?
+set -e
+if ((status == 5)); then
+    echo "ERROR: pytest collected no tests (exit 5); treating as failure." >&2
+    exit 1
+fi
+exit "$status"
