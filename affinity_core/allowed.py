@@ -1,0 +1,61 @@
+"""The decision relation: which servers the spec permits for an acquire.
+
+Theory of operation
+-------------------
+``allowed(config, state, event)`` is the set of servers a conforming implementation may
+return for an acquire (R-REL-1). It abstracts from the tie-break: wherever the reference
+:func:`~affinity_core.machine.step` picks one of several least-loaded servers, every one
+of them is allowed. Everywhere else the set is a singleton equal to the reference choice:
+
+* kept sticky hit: ``{pin}``;
+* ``full_determinism``: ``{deterministic_server(...)}``;
+* otherwise (new, unkeyed, removed-server re-selection, broken pin): all servers at the
+  minimum load.
+
+It is empty exactly when the acquire is rejected. :func:`draw_for` inverts the ``draw``
+tie-break: the ``tie_draw`` that makes the reference pick a given allowed server. The
+differential tests use it to feed an implementation's random choice back into the core
+(refinement checking, R-REL-2).
+"""
+
+from __future__ import annotations
+
+import attrs
+
+from .config import Config, TieBreak
+from .events import Acquire
+from .machine import Lookup, _config_rejection, classify
+from .policy import deterministic_server
+from .state import State
+
+__all__ = ["allowed", "draw_for"]
+
+
+def allowed(config: Config, state: State, event: Acquire) -> frozenset[str]:
+    """Servers the spec permits for this acquire (empty iff it is rejected)."""
+    if _config_rejection(config, event) is not None:
+        return frozenset()
+    lookup, pinned = classify(config, state, event.request_id)
+    if lookup is Lookup.HIT_KEEP:
+        assert pinned is not None
+        return frozenset((pinned,))
+    pool = state.pool
+    if len(pool) == 0:
+        return frozenset()
+    if config.full_determinism and lookup is not Lookup.HIT_BREAK:
+        return frozenset((deterministic_server(config, pool, state.sorted_servers, event),))
+    return frozenset(pool.least_loaded_all())
+
+
+def draw_for(config: Config, state: State, event: Acquire, server_id: str) -> Acquire | None:
+    """The event, with the ``tie_draw`` under which a ``draw``-mode core picks ``server_id``.
+
+    Returns None when ``server_id`` is not allowed. Requires ``config.tie_break`` to be
+    ``draw`` whenever the choice is among ties.
+    """
+    if server_id not in allowed(config, state, event):
+        return None
+    ties = state.pool.least_loaded_all() if len(state.pool) else ()
+    if server_id in ties and config.tie_break is TieBreak.DRAW:
+        return attrs.evolve(event, tie_draw=ties.index(server_id))
+    return event

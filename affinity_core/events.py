@@ -1,0 +1,110 @@
+"""Events: the inputs of :func:`affinity_core.machine.step`.
+
+Theory of operation
+-------------------
+An event is one call on verl's balancer API, as an immutable value (R-EV-1):
+
+* :class:`Acquire` -- ``acquire_server(request_id)``. ``request_id=None`` is an unkeyed
+  request (an HTTP request without a session key): placed least-loaded, never pinned.
+  ``tie_draw`` carries the randomness of the ``draw`` tie-break and ``request_hash`` the
+  caller's ``hash(request_id)`` for the ``caller`` hash mode, so the core never draws or
+  hashes by itself.
+* :class:`Release` -- ``release_server(server_id, request_id=None)``.
+* :class:`AddServers` / :class:`RemoveServers` -- pool changes, in the given order.
+* :class:`ClearStickyCache` -- ``clear_sticky_cache()``.
+
+Configuration is the remaining event: :func:`affinity_core.state.initial_state` builds
+the first state from a :class:`~affinity_core.config.Config` and a server list.
+
+Field validation happens at construction (R-EV-2): an event that exists is well formed,
+so the machine only has to reject events that do not fit the configuration or state.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import attrs
+
+__all__ = [
+    "Acquire",
+    "AddServers",
+    "ClearStickyCache",
+    "Event",
+    "EventError",
+    "Release",
+    "RemoveServers",
+]
+
+
+class EventError(ValueError):
+    """An event field is outside its accepted range."""
+
+
+def _id(kind: str, value: object) -> None:
+    if not isinstance(value, str) or value == "":
+        raise EventError(f"{kind} must be a non-empty string, got {value!r}")
+
+
+def _optional_id(_inst: Any, attr: attrs.Attribute[Any], value: Any) -> None:
+    if value is not None:
+        _id(attr.name, value)
+
+
+def _server_id(_inst: Any, attr: attrs.Attribute[Any], value: Any) -> None:
+    _id(attr.name, value)
+
+
+def _server_tuple(value: object) -> tuple[str, ...]:
+    if isinstance(value, str) or not isinstance(value, (tuple, list)):
+        raise EventError(f"server_ids must be a list of server ids, got {value!r}")
+    for item in value:
+        _id("server id", item)
+    return tuple(value)
+
+
+def _non_negative_int(_inst: Any, attr: attrs.Attribute[Any], value: Any) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise EventError(f"{attr.name} must be an integer >= 0, got {value!r}")
+
+
+def _optional_int(_inst: Any, attr: attrs.Attribute[Any], value: Any) -> None:
+    if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
+        raise EventError(f"{attr.name} must be an integer or null, got {value!r}")
+
+
+@attrs.frozen(kw_only=True)
+class Acquire:
+    request_id: str | None = attrs.field(validator=_optional_id)
+    tie_draw: int = attrs.field(default=0, validator=_non_negative_int)
+    request_hash: int | None = attrs.field(default=None, validator=_optional_int)
+
+
+@attrs.frozen(kw_only=True)
+class Release:
+    server_id: str = attrs.field(validator=_server_id)
+    request_id: str | None = attrs.field(default=None, validator=_optional_id)
+
+
+@attrs.frozen(kw_only=True)
+class AddServers:
+    server_ids: tuple[str, ...] = attrs.field(converter=_server_tuple)
+
+    @server_ids.validator
+    def _unique(self, _a: object, value: tuple[str, ...]) -> None:
+        # verl takes a dict, whose keys are unique.
+        if len(set(value)) != len(value):
+            raise EventError(f"server_ids must be unique, got {list(value)!r}")
+
+
+@attrs.frozen(kw_only=True)
+class RemoveServers:
+    server_ids: tuple[str, ...] = attrs.field(converter=_server_tuple)
+
+
+@attrs.frozen
+class ClearStickyCache:
+    pass
+
+
+Event = Acquire | Release | AddServers | RemoveServers | ClearStickyCache

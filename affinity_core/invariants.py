@@ -1,0 +1,221 @@
+"""Named invariant predicates, shared by the tests, the proofs and the adapters.
+
+Theory of operation
+-------------------
+Each predicate states one requirement of spec/SPEC.md as a boolean function of plain
+values, so that Hypothesis (``@invariant``), the explicit-state checker, CrossHair
+(``post:`` lines) and the adapters' self-checks all test the *same* sentence. Z3 cannot
+call Python, so :mod:`affinity_proofs` encodes the same rules symbolically and a test
+cross-checks that encoding against these functions on concrete inputs.
+
+State-level: :func:`well_formed`. Step-level, on ``(config, pre, event, transition)``:
+:func:`decision_in_pool`, :func:`within_band`, :func:`placement_is_argmin`,
+:func:`acquire_effect`, :func:`counters_monotonic`, :func:`rejection_preserves_state`,
+:func:`break_moves`, :func:`no_starvation`. History-level: :class:`Ledger` with
+:func:`counters_consistent` and :func:`conserved`. Projection: :func:`project`,
+comparing the core with :class:`~affinity_core.legacy.LegacyModel`.
+"""
+
+from __future__ import annotations
+
+import attrs
+
+from .config import Config
+from .events import Acquire, Event, Release
+from .legacy import LegacyModel
+from .machine import Transition
+from .outcomes import Acquired, Path, Rejected, Released, ReleaseResult
+from .state import State
+
+__all__ = [
+    "Ledger",
+    "acquire_effect",
+    "break_moves",
+    "conserved",
+    "counters_consistent",
+    "counters_monotonic",
+    "decision_in_pool",
+    "leases_match_loads",
+    "legacy_projection",
+    "no_starvation",
+    "placement_is_argmin",
+    "project",
+    "rejection_preserves_state",
+    "step_invariants",
+    "well_formed",
+    "within_band",
+]
+
+
+def well_formed(config: Config, state: State) -> bool:
+    """R-ST-2: counts >= 0, total matches, cache bound, unique keys, sorted mirror."""
+    items = state.pool.items()
+    servers = [s for s, _ in items]
+    lru = state.lru.items()
+    return (
+        all(n >= 0 for _, n in items)
+        and sum(n for _, n in items) == state.pool.total
+        and len(set(servers)) == len(servers)
+        and len(lru) <= config.max_cache_size
+        and len({k for k, _ in lru}) == len(lru) == len(state.lru)
+        and state.sorted_servers == tuple(sorted(servers))
+        and state.affinity_kept >= 0
+        and state.affinity_broken >= 0
+    )
+
+
+def decision_in_pool(pre: State, t: Transition) -> bool:
+    """R-POOL-4: an acquire returns a server that was active before the step."""
+    return not isinstance(t.outcome, Acquired) or t.outcome.server_id in pre.pool
+
+
+def within_band(config: Config, pre: State, t: Transition) -> bool:
+    """R-KEEP-1 / R-BREAK-2: a kept pin is inside the band; a break lands on a minimum."""
+    o = t.outcome
+    if not isinstance(o, Acquired) or config.affinity_break_margin is None:
+        return True
+    if config.full_determinism:
+        return o.path is not Path.BROKEN
+    low = pre.pool.min_load
+    if o.path is Path.KEPT:
+        return pre.pool.load(o.server_id) <= low + config.affinity_break_margin
+    return pre.pool.load(o.server_id) == low
+
+
+def placement_is_argmin(config: Config, pre: State, t: Transition) -> bool:
+    """R-PLACE-1: new, unkeyed, re-selected and broken placements land on a minimum."""
+    o = t.outcome
+    if not isinstance(o, Acquired) or o.path is Path.KEPT:
+        return True
+    if config.full_determinism and o.path is not Path.BROKEN:
+        return True
+    return pre.pool.load(o.server_id) == pre.pool.min_load
+
+
+def break_moves(pre: State, t: Transition) -> bool:
+    """R-BREAK-1: a break re-pins to a different server and records it as most recent."""
+    o = t.outcome
+    if not isinstance(o, Acquired) or o.path is not Path.BROKEN:
+        return True
+    return (
+        o.previous is not None
+        and o.server_id != o.previous
+        and t.state.lru.newest is not None
+        and t.state.lru.items()[-1][1] == o.server_id
+    )
+
+
+def acquire_effect(pre: State, event: Event, t: Transition) -> bool:
+    """R-ACQ-7: exactly one count +1; a keyed request ends pinned (MRU) to the choice."""
+    o = t.outcome
+    if not isinstance(o, Acquired):
+        return True
+    before, after = dict(pre.pool.items()), dict(t.state.pool.items())
+    changed = {s: after[s] - before[s] for s in after if after[s] != before.get(s)}
+    if changed != {o.server_id: 1}:
+        return False
+    assert isinstance(event, Acquire)
+    if event.request_id is None:
+        return t.state.lru.items() == pre.lru.items()
+    return t.state.lru.items()[-1] == (event.request_id, o.server_id)
+
+
+def counters_monotonic(pre: State, t: Transition) -> bool:
+    """R-CNT-2: the counters never decrease, and move by at most one per step."""
+    dk = t.state.affinity_kept - pre.affinity_kept
+    db = t.state.affinity_broken - pre.affinity_broken
+    return dk >= 0 and db >= 0 and dk + db <= 1
+
+
+def rejection_preserves_state(pre: State, t: Transition) -> bool:
+    """R-OUT-2 / R-ACQ-6: a rejection changes at most the deletion of one stale entry."""
+    if not isinstance(t.outcome, Rejected):
+        return True
+    if t.state == pre:
+        return True
+    gone = set(pre.lru.items()) - set(t.state.lru.items())
+    return (
+        attrs.evolve(t.state, lru=pre.lru) == pre
+        and len(gone) == 1
+        and next(iter(gone))[1] not in pre.pool
+        and set(t.state.lru.items()) <= set(pre.lru.items())
+    )
+
+
+def no_starvation(config: Config, pre: State, t: Transition) -> bool:
+    """R-KEEP-3: with a margin, nothing lands on load > m while an idle server exists."""
+    o = t.outcome
+    m = config.affinity_break_margin
+    if not isinstance(o, Acquired) or m is None or config.full_determinism:
+        return True
+    if pre.pool.min_load > 0:
+        return True
+    return pre.pool.load(o.server_id) <= m
+
+
+def leases_match_loads(config: Config, state: State) -> bool:
+    """R-LEASE-5: with lease accounting, each count equals its open current leases."""
+    if not config.lease_accounting:
+        return True
+    return all(state.leases.open_count(s) == n for s, n in state.pool.items())
+
+
+def step_invariants(config: Config, pre: State, event: Event, t: Transition) -> dict[str, bool]:
+    """Every per-step predicate, by name (for reporting which one failed)."""
+    return {
+        "well_formed": well_formed(config, t.state),
+        "decision_in_pool": decision_in_pool(pre, t),
+        "within_band": within_band(config, pre, t),
+        "placement_is_argmin": placement_is_argmin(config, pre, t),
+        "break_moves": break_moves(pre, t),
+        "acquire_effect": acquire_effect(pre, event, t),
+        "counters_monotonic": counters_monotonic(pre, t),
+        "rejection_preserves_state": rejection_preserves_state(pre, t),
+        "no_starvation": no_starvation(config, pre, t),
+        "leases_match_loads": leases_match_loads(config, t.state),
+    }
+
+
+@attrs.frozen
+class Ledger:
+    """History summary for the counter and conservation predicates."""
+
+    sticky_hits_on_active: int = 0
+    acquires: int = 0
+    applied_releases: int = 0
+    count_resets: int = 0  # load discarded by add-on-active resets and removals
+
+    def record(self, pre: State, event: Event, t: Transition) -> Ledger:
+        o = t.outcome
+        hits = self.sticky_hits_on_active
+        acquires, released, resets = self.acquires, self.applied_releases, self.count_resets
+        if isinstance(o, Acquired):
+            acquires += 1
+            hits += o.path in (Path.KEPT, Path.BROKEN)
+        elif isinstance(o, Released) and o.result is ReleaseResult.APPLIED:
+            released += 1
+        elif not isinstance(event, (Acquire, Release)):
+            resets += pre.pool.total - t.state.pool.total
+        return Ledger(hits, acquires, released, resets)
+
+
+def counters_consistent(state: State, ledger: Ledger) -> bool:
+    """R-CNT-1: kept + broken == sticky hits on active servers."""
+    return state.affinity_kept + state.affinity_broken == ledger.sticky_hits_on_active
+
+
+def conserved(state: State, ledger: Ledger) -> bool:
+    """R-CONS-2: total == acquires - applied releases - counts discarded by pool changes."""
+    return state.pool.total == (
+        ledger.acquires - ledger.applied_releases - ledger.count_resets
+    )
+
+
+def project(state: State) -> tuple[tuple[tuple[str, int], ...], tuple[tuple[str, str], ...]]:
+    """The part of a core state the legacy model has: pool with loads, and the LRU."""
+    return state.pool.items(), state.lru.items()
+
+
+def legacy_projection(model: LegacyModel) -> tuple[tuple[tuple[str, int], ...],
+                                                   tuple[tuple[str, str], ...]]:
+    return model.pool, model.lru

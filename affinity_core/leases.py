@@ -1,0 +1,102 @@
+"""Lease accounting: releases matched to the acquires they end (opt-in).
+
+Theory of operation
+-------------------
+verl's release is ``release_server(server_id)``: it decrements whatever count the server
+has now. Two hazards follow (upstream-verl.md section 6): a double release undercounts,
+and a late release for a request started before a remove/re-add decrements the *fresh*
+count of the re-added server. verl 0.9.1's client can also pass the ``request_id``.
+
+With ``lease_accounting=True`` (R-LEASE-1..6) every successful acquire grants a lease
+``(request_id, server_id, epoch)``, where the epoch numbers the server's current stay in
+the pool (each add of an inactive server opens a new epoch). A release settles a lease:
+
+* a lease of the current epoch: the count goes down (``applied``);
+* only a lease of an earlier epoch: it is consumed, no count moves (``stale_lease``);
+* no lease: nothing moves, ``unknown_leases`` counts it (``unknown_lease``).
+
+So for every active server ``load == open leases of its current epoch`` (R-LEASE-5), and
+no sequence of releases can drive a count below the requests really in flight on it.
+Unkeyed requests hold leases under the key ``None``; a release without a request id
+settles one of them.
+"""
+
+from __future__ import annotations
+
+import attrs
+from immutables import Map
+
+__all__ = ["LeaseBook"]
+
+_Key = tuple["str | None", str]
+# Open leases per (request_id, server): ((epoch, count), ...) with count >= 1.
+_Held = tuple[tuple[int, int], ...]
+
+
+_NO_LEASES: Map[_Key, _Held] = Map()
+_NO_EPOCHS: Map[str, int] = Map()
+
+
+@attrs.frozen
+class LeaseBook:
+    held: Map[_Key, _Held] = _NO_LEASES
+    epoch: Map[str, int] = _NO_EPOCHS
+    next_epoch: int = 0
+    unknown_leases: int = 0
+    stale_leases: int = 0
+
+    def open_count(self, server_id: str) -> int:
+        """Open leases on the server's current epoch (O(leases); for invariants)."""
+        current = self.epoch.get(server_id)
+        return sum(
+            count
+            for (_, sid), held in self.held.items()
+            if sid == server_id
+            for epoch, count in held
+            if epoch == current
+        )
+
+    def opened(self, server_ids: tuple[str, ...]) -> LeaseBook:
+        """New epochs for servers that join the pool (already-active ones keep theirs)."""
+        epoch, nxt = self.epoch, self.next_epoch
+        for sid in server_ids:
+            if sid not in epoch:
+                epoch, nxt = epoch.set(sid, nxt), nxt + 1
+        return attrs.evolve(self, epoch=epoch, next_epoch=nxt)
+
+    def closed(self, server_ids: tuple[str, ...]) -> LeaseBook:
+        epoch = self.epoch
+        for sid in server_ids:
+            if sid in epoch:
+                epoch = epoch.delete(sid)
+        return attrs.evolve(self, epoch=epoch)
+
+    def grant(self, request_id: str | None, server_id: str) -> LeaseBook:
+        key = (request_id, server_id)
+        current = self.epoch[server_id]
+        held = self.held.get(key, ())
+        for i, (epoch, count) in enumerate(held):
+            if epoch == current:
+                held = (*held[:i], (epoch, count + 1), *held[i + 1 :])
+                break
+        else:
+            held = (*held, (current, 1))
+        return attrs.evolve(self, held=self.held.set(key, held))
+
+    def settle(self, request_id: str | None, server_id: str) -> tuple[LeaseBook, str]:
+        """Match a release; returns the new book and ``current``, ``stale`` or ``unknown``."""
+        key = (request_id, server_id)
+        held = self.held.get(key)
+        if held is None:
+            return attrs.evolve(self, unknown_leases=self.unknown_leases + 1), "unknown"
+        current = self.epoch.get(server_id)
+        index = next((i for i, (e, _) in enumerate(held) if e == current), None)
+        verdict = "current"
+        if index is None:  # only leases from earlier epochs remain: the oldest one ends
+            index, verdict = 0, "stale"
+        epoch, count = held[index]
+        rest = (*held[:index], *(((epoch, count - 1),) if count > 1 else ()), *held[index + 1 :])
+        book = attrs.evolve(self, held=self.held.set(key, rest) if rest else self.held.delete(key))
+        if verdict == "stale":
+            book = attrs.evolve(book, stale_leases=book.stale_leases + 1)
+        return book, verdict

@@ -1,0 +1,210 @@
+"""The active pool and its in-flight counts, as a persistent wide segment tree.
+
+Theory of operation
+-------------------
+verl keeps the active pool as the keys of a dict: *pool order* is insertion order, a
+re-added server goes to the end, and "first in dict order" breaks ties (R-POOL-1..3).
+Routing needs three queries on that pool, on every acquire:
+
+* the load of one server (the pinned one);
+* the minimum (and, for PR #6533's gate, the maximum) load;
+* the k-th least-loaded server in pool order, for k-th-of-the-ties selection.
+
+A :class:`LoadTable` answers all three from a segment tree over pool positions with
+fan-out :data:`FANOUT` (32), the same shape as a HAMT:
+
+* a leaf holds up to 32 loads as a tuple, with their ``min``, count at the min and
+  ``max``;
+* an internal node holds up to 32 children and the tuples of their mins, counts at the
+  min and maxes, so its own summary is three C-level reductions.
+
+Changing one load copies one node per level -- ``ceil(log32 n)`` levels, so one level up
+to 32 replicas and three up to 32,768 -- and shares everything else: acquire and release
+never copy the pool. Position ``p`` lives in leaf ``p >> 5`` at slot ``p & 31``.
+
+The pool tuple and the ``server -> position`` map change only when servers are added or
+removed; those events rebuild the tree in ``O(n)``, off the hot path. The rebuild keeps
+the structure canonical: equal pools with equal loads give equal tables.
+
+All loads are Python ints; there are no floats anywhere in a routing decision.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from itertools import compress
+from typing import Any
+
+import attrs
+from immutables import Map
+
+__all__ = ["FANOUT", "LoadTable"]
+
+FANOUT = 32
+_BITS = 5
+_MASK = FANOUT - 1
+
+# Leaf: (min, count_at_min, max, loads).
+# Internal: (min, count_at_min, max, children, child_mins, child_counts, child_maxes).
+Node = tuple[Any, ...]
+
+
+def _leaf(loads: tuple[int, ...]) -> Node:
+    low = min(loads)
+    return (low, loads.count(low), max(loads), loads)
+
+
+def _internal(children: tuple[Node, ...]) -> Node:
+    mins = tuple(c[0] for c in children)
+    counts = tuple(c[1] for c in children)
+    maxes = tuple(c[2] for c in children)
+    return _summarise(children, mins, counts, maxes)
+
+
+def _summarise(
+    children: tuple[Node, ...],
+    mins: tuple[int, ...],
+    counts: tuple[int, ...],
+    maxes: tuple[int, ...],
+) -> Node:
+    low = min(mins)
+    return (low, sum(compress(counts, map(low.__eq__, mins))), max(maxes),
+            children, mins, counts, maxes)
+
+
+def _build(loads: list[int]) -> tuple[Node, int]:
+    """The root and the number of internal levels above the leaves."""
+    level = [_leaf(tuple(loads[i : i + FANOUT])) for i in range(0, len(loads), FANOUT)]
+    depth = 0
+    while len(level) > 1:
+        level = [_internal(tuple(level[i : i + FANOUT])) for i in range(0, len(level), FANOUT)]
+        depth += 1
+    return level[0], depth
+
+
+_NO_POSITIONS: Map[str, int] = Map()
+
+
+@attrs.frozen
+class LoadTable:
+    """Active servers in pool order with their in-flight counts."""
+
+    servers: tuple[str, ...] = ()
+    position: Map[str, int] = _NO_POSITIONS
+    tree: Node | None = None
+    depth: int = 0
+    total: int = 0
+
+    # ----------------------------------------------------------------- building
+    @classmethod
+    def build(cls, items: Iterable[tuple[str, int]]) -> LoadTable:
+        pairs = list(items)
+        if not pairs:
+            return cls()
+        servers = tuple(s for s, _ in pairs)
+        loads = [n for _, n in pairs]
+        root, depth = _build(loads)
+        return cls(servers, Map({s: i for i, s in enumerate(servers)}), root, depth, sum(loads))
+
+    def items(self) -> tuple[tuple[str, int], ...]:
+        """``(server_id, load)`` pairs in pool order."""
+        out: list[int] = []
+        if self.tree is not None:
+            _collect(self.tree, self.depth, out)
+        return tuple(zip(self.servers, out, strict=True))
+
+    # ------------------------------------------------------------------ queries
+    def __len__(self) -> int:
+        return len(self.servers)
+
+    def __contains__(self, server_id: object) -> bool:
+        return server_id in self.position
+
+    def load(self, server_id: str) -> int:
+        """The load of an active server, or 0 for an inactive one (verl's ``get``)."""
+        p = self.position.get(server_id)
+        node = self.tree
+        if p is None or node is None:
+            return 0
+        for level in range(self.depth, 0, -1):
+            node = node[3][(p >> (_BITS * level)) & _MASK]
+        return int(node[3][p & _MASK])
+
+    @property
+    def min_load(self) -> int:
+        assert self.tree is not None, "empty pool has no minimum"
+        return int(self.tree[0])
+
+    @property
+    def max_load(self) -> int:
+        assert self.tree is not None, "empty pool has no maximum"
+        return int(self.tree[2])
+
+    @property
+    def tie_count(self) -> int:
+        """How many active servers share the minimum load."""
+        assert self.tree is not None, "empty pool has no ties"
+        return int(self.tree[1])
+
+    def least_loaded(self, k: int) -> str:
+        """The k-th (0-based, pool order) server among those at the minimum load."""
+        node = self.tree
+        assert node is not None and 0 <= k < node[1], "k outside the tie set"
+        low, base = node[0], 0
+        for level in range(self.depth, 0, -1):
+            i = 0
+            for i, (child_min, child_count) in enumerate(  # noqa: B007 (i is read below)
+                zip(node[4], node[5], strict=True)
+            ):
+                if child_min == low:
+                    if k < child_count:
+                        break
+                    k -= child_count
+            node = node[3][i]
+            base += i << (_BITS * level)
+        loads = node[3]
+        slot = loads.index(low)
+        for _ in range(k):
+            slot = loads.index(low, slot + 1)
+        server: str = self.servers[base + slot]
+        return server
+
+    def least_loaded_all(self) -> tuple[str, ...]:
+        """Every server at the minimum load, in pool order (for ``allowed``)."""
+        if self.tree is None:
+            return ()
+        return tuple(self.least_loaded(k) for k in range(self.tie_count))
+
+    # ---------------------------------------------------------------- updating
+    def add_load(self, server_id: str, delta: int) -> LoadTable:
+        """Add ``delta`` to an active server's load (the caller keeps it >= 0)."""
+        p = self.position[server_id]
+        node = self.tree
+        assert node is not None
+        path: list[tuple[Node, int]] = []
+        for level in range(self.depth, 0, -1):
+            i = (p >> (_BITS * level)) & _MASK
+            path.append((node, i))
+            node = node[3][i]
+        j = p & _MASK
+        loads = node[3]
+        new = _leaf((*loads[:j], loads[j] + delta, *loads[j + 1 :]))
+        for parent, i in reversed(path):
+            new = _summarise(
+                (*parent[3][:i], new, *parent[3][i + 1 :]),
+                (*parent[4][:i], new[0], *parent[4][i + 1 :]),
+                (*parent[5][:i], new[1], *parent[5][i + 1 :]),
+                (*parent[6][:i], new[2], *parent[6][i + 1 :]),
+            )
+        return LoadTable(self.servers, self.position, new, self.depth, self.total + delta)
+
+    def set_load(self, server_id: str, value: int) -> LoadTable:
+        return self.add_load(server_id, value - self.load(server_id))
+
+
+def _collect(node: Node, depth: int, out: list[int]) -> None:
+    if depth == 0:
+        out.extend(node[3])
+        return
+    for child in node[3]:
+        _collect(child, depth - 1, out)

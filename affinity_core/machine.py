@@ -1,0 +1,240 @@
+"""The transition function: ``step(config, state, event) -> Transition``.
+
+Theory of operation
+-------------------
+Rule 1: no I/O, clock, randomness, builtin ``hash()``, floats or logging: randomness and
+hashes arrive in event fields (R-PURE-1).
+Rule 2: every state change happens here. :data:`TRANSITIONS` maps each event type to
+its handler, and :data:`ACQUIRE_RULES` maps each way an acquire can meet the sticky map
+to what it does -- the transition table as data, after h11.
+Rule 3: ``step`` is total. Each event yields exactly one outcome; a :class:`Rejected`
+outcome leaves the state as it was (R-OUT-2), except the stale-entry deletion of R-ACQ-6.
+
+An acquire, in order (R-ACQ-1..8):
+
+1. Validate the event against the configuration (reject before touching anything).
+2. Classify the sticky lookup: unkeyed, miss, hit on an active server (kept or broken
+   by :func:`~affinity_core.policy.keep_pin`), or hit on a removed server. A hit is a
+   lookup and refreshes recency; a removed-server hit deletes the entry.
+3. If a placement is needed and the pool is empty: reject with ``no_servers``.
+4. Choose the server (:data:`ACQUIRE_RULES` says how), write the sticky entry when the
+   rule says so (evicting the least recent entry of a full map), bump the counter the
+   rule names, then increment the chosen server's count -- cache write first, as verl.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Callable
+from typing import Any
+
+import attrs
+
+from .config import Config, HashMode
+from .events import Acquire, AddServers, ClearStickyCache, Event, Release, RemoveServers
+from .leases import LeaseBook
+from .loads import LoadTable
+from .outcomes import (
+    NO_SERVERS_MESSAGE,
+    Acquired,
+    Outcome,
+    Path,
+    PoolChanged,
+    Rejected,
+    RejectReason,
+    Released,
+    ReleaseResult,
+    StickyCacheCleared,
+)
+from .policy import deterministic_server, keep_pin, least_loaded
+from .state import State
+
+__all__ = ["ACQUIRE_RULES", "TRANSITIONS", "Lookup", "Transition", "classify", "step"]
+
+
+@attrs.frozen
+class Transition:
+    state: State
+    outcome: Outcome
+
+
+class Lookup(enum.Enum):
+    """How an acquire met the sticky map."""
+
+    UNKEYED = "unkeyed"
+    MISS = "miss"
+    HIT_KEEP = "hit_keep"
+    HIT_BREAK = "hit_break"
+    HIT_REMOVED = "hit_removed"
+
+
+class Choice(enum.Enum):
+    STAY = "stay"  # the pinned server
+    PLACE = "place"  # deterministic under full_determinism, else least-loaded
+    LEAST_LOADED = "least_loaded"  # a re-pin: always least-loaded
+
+
+@attrs.frozen
+class AcquireRule:
+    path: Path
+    choice: Choice
+    write_pin: bool  # write request_id -> choice into the sticky map
+    counter: str | None  # the State counter this branch increments
+
+
+ACQUIRE_RULES: dict[Lookup, AcquireRule] = {
+    Lookup.UNKEYED: AcquireRule(Path.UNKEYED, Choice.PLACE, False, None),
+    Lookup.MISS: AcquireRule(Path.NEW, Choice.PLACE, True, None),
+    Lookup.HIT_KEEP: AcquireRule(Path.KEPT, Choice.STAY, False, "affinity_kept"),
+    Lookup.HIT_BREAK: AcquireRule(Path.BROKEN, Choice.LEAST_LOADED, True, "affinity_broken"),
+    Lookup.HIT_REMOVED: AcquireRule(Path.RESELECTED, Choice.PLACE, True, None),
+}
+
+
+def classify(config: Config, state: State, request_id: str | None) -> tuple[Lookup, str | None]:
+    """The lookup class and the pinned server (None when there is no entry)."""
+    if request_id is None:
+        return Lookup.UNKEYED, None
+    pinned = state.lru.peek(request_id)
+    if pinned is None:
+        return Lookup.MISS, None
+    if pinned not in state.pool:
+        return Lookup.HIT_REMOVED, pinned
+    if keep_pin(config, state.pool, pinned):
+        return Lookup.HIT_KEEP, pinned
+    return Lookup.HIT_BREAK, pinned
+
+
+def _config_rejection(config: Config, event: Acquire) -> Rejected | None:
+    if config.full_determinism:
+        if event.request_id is None:
+            return Rejected(
+                RejectReason.INVALID_FOR_CONFIG, "full_determinism needs a request_id"
+            )
+        if config.hash_mode is HashMode.CALLER and event.request_hash is None:
+            return Rejected(
+                RejectReason.INVALID_FOR_CONFIG,
+                "full_determinism with hash_mode 'caller' needs request_hash",
+            )
+    return None
+
+
+def _acquire(config: Config, state: State, event: Acquire) -> Transition:
+    if config.full_determinism:
+        rejection = _config_rejection(config, event)
+        if rejection is not None:
+            return Transition(state, rejection)
+    rid = event.request_id
+    lookup, pinned = classify(config, state, rid)
+    rule = ACQUIRE_RULES[lookup]
+    lru = state.lru
+    if lookup is Lookup.HIT_REMOVED:
+        assert rid is not None
+        lru = lru.delete(rid)  # lazy invalidation, before the empty-pool check
+    elif pinned is not None:
+        assert rid is not None
+        lru = lru.touch(rid)  # a lookup refreshes recency
+    pool = state.pool
+    if rule.choice is Choice.STAY:
+        assert pinned is not None
+        chosen = pinned
+    elif len(pool) == 0:
+        reject = Rejected(RejectReason.NO_SERVERS, NO_SERVERS_MESSAGE)
+        return Transition(attrs.evolve(state, lru=lru) if lru is not state.lru else state, reject)
+    elif rule.choice is Choice.PLACE and config.full_determinism:
+        chosen = deterministic_server(config, pool, state.sorted_servers, event)
+    else:
+        chosen = least_loaded(config, pool, event)
+    evicted = None
+    if rule.write_pin:
+        assert rid is not None
+        evicted = lru.evicts_on_put(rid)
+        lru = lru.put(rid, chosen)
+    kept, broken = state.affinity_kept, state.affinity_broken
+    if rule.counter == "affinity_kept":
+        kept += 1
+    elif rule.counter == "affinity_broken":
+        broken += 1
+    leases = state.leases
+    if config.lease_accounting:
+        leases = leases.grant(rid, chosen)
+    new_state = State(
+        pool.add_load(chosen, 1), lru, kept, broken, state.sorted_servers, leases
+    )
+    previous = pinned if lookup in (Lookup.HIT_BREAK, Lookup.HIT_REMOVED) else None
+    return Transition(new_state, Acquired(chosen, rule.path, previous, evicted))
+
+
+def _release(config: Config, state: State, event: Release) -> Transition:
+    sid = event.server_id
+    if config.lease_accounting:
+        leases, verdict = state.leases.settle(event.request_id, sid)
+        if verdict == "current":
+            return Transition(
+                _with(state, pool=state.pool.add_load(sid, -1), leases=leases),
+                Released(sid, ReleaseResult.APPLIED),
+            )
+        result = ReleaseResult.STALE_LEASE if verdict == "stale" else ReleaseResult.UNKNOWN_LEASE
+        return Transition(attrs.evolve(state, leases=leases), Released(sid, result))
+    pool = state.pool
+    if sid not in pool:
+        return Transition(state, Released(sid, ReleaseResult.UNKNOWN_SERVER))
+    if pool.load(sid) == 0:
+        return Transition(state, Released(sid, ReleaseResult.AT_ZERO))
+    return Transition(
+        State(pool.add_load(sid, -1), state.lru, state.affinity_kept, state.affinity_broken,
+              state.sorted_servers, state.leases),
+        Released(sid, ReleaseResult.APPLIED),
+    )
+
+
+def _with(state: State, *, pool: LoadTable, leases: LeaseBook) -> State:
+    return State(pool, state.lru, state.affinity_kept, state.affinity_broken,
+                 state.sorted_servers, leases)
+
+
+def _with_pool(state: State, items: list[tuple[str, int]]) -> State:
+    pool = LoadTable.build(items)
+    return attrs.evolve(state, pool=pool, sorted_servers=tuple(sorted(pool.servers)))
+
+
+def _add(config: Config, state: State, event: AddServers) -> Transition:
+    loads = dict(state.pool.items())
+    for sid in event.server_ids:
+        if sid not in loads or not config.lease_accounting:
+            loads[sid] = 0  # legacy: re-adding an active server resets its count
+    new_state = _with_pool(state, list(loads.items()))
+    if config.lease_accounting:
+        new_state = attrs.evolve(new_state, leases=state.leases.opened(event.server_ids))
+    return Transition(new_state, PoolChanged(new_state.pool.servers))
+
+
+def _remove(config: Config, state: State, event: RemoveServers) -> Transition:
+    gone = set(event.server_ids)
+    items = [(sid, n) for sid, n in state.pool.items() if sid not in gone]
+    new_state = _with_pool(state, items)
+    if config.lease_accounting:
+        new_state = attrs.evolve(new_state, leases=state.leases.closed(event.server_ids))
+    return Transition(new_state, PoolChanged(new_state.pool.servers))
+
+
+def _clear(config: Config, state: State, event: ClearStickyCache) -> Transition:
+    outcome = StickyCacheCleared(len(state.lru), state.pool.items())
+    return Transition(attrs.evolve(state, lru=state.lru.cleared()), outcome)
+
+
+TRANSITIONS: dict[type[Any], Callable[[Config, State, Any], Transition]] = {
+    Acquire: _acquire,
+    Release: _release,
+    AddServers: _add,
+    RemoveServers: _remove,
+    ClearStickyCache: _clear,
+}
+
+
+def step(config: Config, state: State, event: Event) -> Transition:
+    """Apply one event. Total: every event of a known type yields one outcome."""
+    handler = TRANSITIONS.get(type(event))
+    if handler is None:
+        raise TypeError(f"not an affinity_core event: {event!r}")
+    return handler(config, state, event)

@@ -1,0 +1,89 @@
+"""Outcomes: what one :func:`~affinity_core.machine.step` decided.
+
+Theory of operation
+-------------------
+Every step returns exactly one outcome (R-OUT-1). Errors are outcomes too, never stray
+exceptions: :class:`Rejected` carries a typed reason. A rejected event leaves the state
+unchanged, with one documented exception inherited from verl: an acquire that finds a
+stale sticky entry deletes it *before* it discovers the pool is empty (R-ACQ-6).
+
+:class:`Path` names the branch an acquire took; ``kept`` and ``broken`` are the only
+branches that move the ``affinity_kept`` / ``affinity_broken`` counters (R-CNT-1).
+"""
+
+from __future__ import annotations
+
+import enum
+
+import attrs
+
+__all__ = [
+    "NO_SERVERS_MESSAGE",
+    "Acquired",
+    "Outcome",
+    "Path",
+    "PoolChanged",
+    "RejectReason",
+    "Rejected",
+    "ReleaseResult",
+    "Released",
+    "StickyCacheCleared",
+]
+
+# verl callers (FullyAsyncLLMServerClient) match on this exact text.
+NO_SERVERS_MESSAGE = "No available servers in load balancer"
+
+
+class Path(enum.Enum):
+    NEW = "new"  # no sticky entry: placed, then pinned
+    KEPT = "kept"  # sticky hit on an active server, pin kept
+    BROKEN = "broken"  # sticky hit on an active server, re-pinned to a least-loaded one
+    RESELECTED = "reselected"  # entry pointed at a removed server: deleted, placed anew
+    UNKEYED = "unkeyed"  # no request_id: placed, never pinned
+
+
+class ReleaseResult(enum.Enum):
+    APPLIED = "applied"  # the count went down by one
+    UNKNOWN_SERVER = "unknown_server"  # not active: ignored
+    AT_ZERO = "at_zero"  # count already 0: ignored (legacy clamp)
+    STALE_LEASE = "stale_lease"  # lease mode: the lease predates a remove/re-add
+    UNKNOWN_LEASE = "unknown_lease"  # lease mode: no matching lease: ignored
+
+
+class RejectReason(enum.Enum):
+    NO_SERVERS = "no_servers"
+    INVALID_FOR_CONFIG = "invalid_for_config"
+
+
+@attrs.frozen
+class Acquired:
+    server_id: str
+    path: Path
+    previous: str | None = None  # the old pin, on BROKEN and RESELECTED
+    evicted: str | None = None  # the request id the sticky write evicted, if any
+
+
+@attrs.frozen
+class Released:
+    server_id: str
+    result: ReleaseResult
+
+
+@attrs.frozen
+class PoolChanged:
+    servers: tuple[str, ...]  # the active pool afterwards, in pool order
+
+
+@attrs.frozen
+class StickyCacheCleared:
+    cleared_entries: int
+    server_loads: tuple[tuple[str, int], ...]
+
+
+@attrs.frozen
+class Rejected:
+    reason: RejectReason
+    message: str
+
+
+Outcome = Acquired | Released | PoolChanged | StickyCacheCleared | Rejected

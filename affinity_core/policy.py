@@ -1,0 +1,84 @@
+"""Routing policy: the keep rule, least-loaded selection and deterministic placement.
+
+Theory of operation
+-------------------
+Three pure functions decide every acquire; :mod:`affinity_core.machine` only sequences
+them. Loads are read *before* the acquiring request is counted (R-KEEP-2).
+
+``keep_pin`` (R-KEEP-1, R-GATE-1): on a sticky hit whose server is active,
+
+* legacy policy or ``full_determinism``: always keep;
+* margin ``m``: keep iff ``load[pin] <= min(load over the active pool) + m``. The
+  minimum includes the pinned server and the bound is inclusive, so margin 0 means
+  "move unless already on a least-loaded server";
+* dual threshold: keep iff ``load[pin] == min`` or the pool is not imbalanced, where
+  imbalanced means ``abs > 0 and max - min > abs and max > min * rel``.
+
+A pin that is not kept is never on a minimum, so the least-loaded choice that replaces
+it is always a different server (R-BREAK-1).
+
+``least_loaded`` (R-TIE-1..4) picks the ``k``-th of the ``t`` servers tied at the minimum,
+in pool order: ``k = 0`` (``first``), ``k = tie_draw mod t`` (``draw``) or
+``k = stable_hash(request_id) mod t`` (``hashed``; unkeyed requests fall back to the
+draw).
+
+``deterministic_server`` (R-DET-1..3), under ``full_determinism``, ignores load:
+``pool[request_hash mod n]`` (``caller``) or ``sorted(pool)[stable_hash(rid) mod n]``
+(``stable``).
+"""
+
+from __future__ import annotations
+
+from .config import Config, HashMode, TieBreak
+from .events import Acquire
+from .hashing import stable_hash
+from .loads import LoadTable
+
+__all__ = ["deterministic_server", "keep_pin", "least_loaded", "tie_index"]
+
+
+def keep_pin(config: Config, pool: LoadTable, pinned: str) -> bool:
+    """Whether a sticky hit on the active server ``pinned`` keeps its pin."""
+    if config.full_determinism:
+        return True
+    margin = config.affinity_break_margin
+    if margin is not None:
+        return pool.load(pinned) <= pool.min_load + margin
+    gate = config.dual_threshold
+    if gate is None:
+        return True
+    low, high = pool.min_load, pool.max_load
+    if pool.load(pinned) == low or gate.balance_abs_threshold <= 0:
+        return True
+    rel = gate.balance_rel_threshold
+    imbalanced = (
+        high - low > gate.balance_abs_threshold
+        and high * rel.denominator > low * rel.numerator
+    )
+    return not imbalanced
+
+
+def tie_index(config: Config, ties: int, event: Acquire) -> int:
+    """Which of the ``ties`` least-loaded servers (pool order) to take."""
+    mode = config.tie_break
+    if mode is TieBreak.FIRST:
+        return 0
+    if mode is TieBreak.HASHED and event.request_id is not None:
+        return stable_hash(event.request_id) % ties
+    return event.tie_draw % ties
+
+
+def least_loaded(config: Config, pool: LoadTable, event: Acquire) -> str:
+    """A least-loaded active server, chosen by the configured tie-break."""
+    return pool.least_loaded(tie_index(config, pool.tie_count, event))
+
+
+def deterministic_server(
+    config: Config, pool: LoadTable, sorted_servers: tuple[str, ...], event: Acquire
+) -> str:
+    """The load-blind placement of ``full_determinism``; the caller checked the inputs."""
+    if config.hash_mode is HashMode.STABLE:
+        assert event.request_id is not None
+        return sorted_servers[stable_hash(event.request_id) % len(sorted_servers)]
+    assert event.request_hash is not None
+    return pool.servers[event.request_hash % len(pool.servers)]
