@@ -7,6 +7,18 @@ module implements.
 """
 
 from .allowed import allowed, draw_for
+from .codec import (
+    CodecError,
+    canonical_dumps,
+    config_from_json,
+    config_to_json,
+    event_from_json,
+    event_to_json,
+    outcome_to_json,
+    state_digest,
+    state_from_json,
+    state_to_json,
+)
 from .config import (
     DEFAULT_MAX_CACHE_SIZE,
     Config,
@@ -55,6 +67,7 @@ __all__ = [
     "Acquired",
     "AddServers",
     "ClearStickyCache",
+    "CodecError",
     "Config",
     "ConfigError",
     "DualThreshold",
@@ -79,10 +92,19 @@ __all__ = [
     "TieBreak",
     "Transition",
     "allowed",
+    "canonical_dumps",
     "classify",
+    "config_from_json",
+    "config_to_json",
     "draw_for",
+    "event_from_json",
+    "event_to_json",
     "initial_state",
+    "outcome_to_json",
     "stable_hash",
+    "state_digest",
+    "state_from_json",
+    "state_to_json",
     "status",
     "step",
     "validate_margin",
