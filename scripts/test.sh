@@ -4,7 +4,7 @@
 #   scripts/test.sh [pytest args...]
 #
 # 1. creates .venv (python3 -m venv) if missing;
-# 2. installs the project editable with the [tests] extra (skipped when pyproject.toml is
+# 2. installs the project editable with every extra the tests use (skipped when pyproject.toml is
 #    unchanged since the last successful install);
 # 3. installs verl==0.9.1 with --no-deps (no torch) unless that version is already there;
 # 4. ruff check, mypy (strict, config in pyproject) on the package dirs that hold .py files;
@@ -17,6 +17,7 @@ cd "$ROOT"
 VENV="$ROOT/.venv"
 PY="$VENV/bin/python"
 VERL_VERSION="0.9.1"
+EXTRAS="tests,verl,vllm,sim"
 LOG_DIR="$(mktemp -d)"
 trap 'rm -rf "$LOG_DIR"' EXIT
 
@@ -46,10 +47,10 @@ if [[ ! -x "$PY" ]]; then
 fi
 
 STAMP="$VENV/.affinity-install-stamp"
-WANT_STAMP="$(sha256sum pyproject.toml | cut -d' ' -f1)"
+WANT_STAMP="$(cat pyproject.toml scripts/test.sh | sha256sum | cut -d' ' -f1)"
 if [[ ! -f "$STAMP" || "$(cat "$STAMP")" != "$WANT_STAMP" ]]; then
-    step "pip install -e '.[tests]'"
-    quiet install-project "$VENV/bin/pip" install -q -e '.[tests]'
+    step "pip install -e '.[$EXTRAS]'"
+    quiet install-project "$VENV/bin/pip" install -q -e ".[$EXTRAS]"
     printf '%s\n' "$WANT_STAMP" >"$STAMP"
 else
     step "project install up to date (pyproject.toml unchanged)"
