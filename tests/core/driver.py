@@ -87,7 +87,7 @@ class Run:
         self._fill_ids = 0
 
     @classmethod
-    def of(cls, servers: Sequence[str] = SERVERS, **options: Any) -> Run:
+    def of(cls, servers: Sequence[str] = SERVERS, /, **options: Any) -> Run:
         """A run over ``servers`` with ``Config(**options)``."""
         return cls(Config(**options), servers)
 
