@@ -34,6 +34,7 @@ from .events import (
     ClearStickyCache,
     Event,
     EventError,
+    ObserveLoads,
     Release,
     RemoveServers,
 )
@@ -45,6 +46,7 @@ from .machine import ACQUIRE_RULES, TRANSITIONS, Lookup, Transition, classify, s
 from .outcomes import (
     NO_SERVERS_MESSAGE,
     Acquired,
+    LoadsObserved,
     Outcome,
     Path,
     PoolChanged,
@@ -76,7 +78,9 @@ __all__ = [
     "HashMode",
     "LeaseBook",
     "LoadTable",
+    "LoadsObserved",
     "Lookup",
+    "ObserveLoads",
     "Outcome",
     "Path",
     "PoolChanged",

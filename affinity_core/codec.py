@@ -9,9 +9,9 @@ with other languages, so their encoding is part of the spec (R-CODEC-1):
   (``balance_rel_threshold`` is an exact rational written as ``"p/q"`` or ``"p"``);
 * canonical text: UTF-8, keys sorted, separators ``(",", ":")``, no NaN;
 * an event is ``{"op": ..., fields}``; an outcome is ``{"kind": ..., fields}``;
-* a state is ``{"servers": [[id, load], ...] in pool order, "lru": [[rid, sid], ...]
-  oldest first, "affinity_kept", "affinity_broken"}`` plus ``"leases"`` when the lease
-  book is not empty.
+* a state is ``{"servers": [[id, in-flight], ...] in pool order, "lru": [[rid, sid],
+  ...] oldest first, "affinity_kept", "affinity_broken"}`` plus ``"leases"`` when the
+  lease book is not empty and ``"external"`` when an observation set external loads.
 
 Decoding validates everything and raises :class:`CodecError` that names the field, the
 value and what was expected, so a malformed vector or log line is reported, not crashed
@@ -36,6 +36,7 @@ from .events import (
     ClearStickyCache,
     Event,
     EventError,
+    ObserveLoads,
     Release,
     RemoveServers,
 )
@@ -44,6 +45,7 @@ from .loads import LoadTable
 from .lru import StickyLru
 from .outcomes import (
     Acquired,
+    LoadsObserved,
     Outcome,
     PoolChanged,
     Rejected,
@@ -144,6 +146,8 @@ def event_to_json(event: Event) -> JSON:
         return {"op": "add_servers", "server_ids": list(event.server_ids)}
     if isinstance(event, RemoveServers):
         return {"op": "remove_servers", "server_ids": list(event.server_ids)}
+    if isinstance(event, ObserveLoads):
+        return {"op": "observe_loads", "observed": [list(p) for p in event.observed]}
     return {"op": "clear_sticky_cache"}
 
 
@@ -154,6 +158,7 @@ _EVENT_FIELDS: dict[str, tuple[type[Any], frozenset[str], frozenset[str]]] = {
     "add_servers": (AddServers, frozenset({"server_ids"}), frozenset()),
     "remove_servers": (RemoveServers, frozenset({"server_ids"}), frozenset()),
     "clear_sticky_cache": (ClearStickyCache, frozenset(), frozenset()),
+    "observe_loads": (ObserveLoads, frozenset({"observed"}), frozenset()),
 }
 
 
@@ -191,6 +196,9 @@ def outcome_to_json(outcome: Outcome) -> JSON:
     if isinstance(outcome, Released):
         return {"kind": "released", "server_id": outcome.server_id,
                 "result": outcome.result.value}
+    if isinstance(outcome, LoadsObserved):
+        return {"kind": "loads_observed", "updated": list(outcome.updated),
+                "ignored": list(outcome.ignored)}
     if isinstance(outcome, PoolChanged):
         return {"kind": "pool_changed", "servers": list(outcome.servers)}
     if isinstance(outcome, StickyCacheCleared):
@@ -203,11 +211,13 @@ def outcome_to_json(outcome: Outcome) -> JSON:
 # ------------------------------------------------------------------ states
 def state_to_json(state: State) -> JSON:
     out: JSON = {
-        "servers": [list(p) for p in state.pool.items()],
+        "servers": [list(p) for p in state.inflight_items()],
         "lru": [list(p) for p in state.lru.items()],
         "affinity_kept": state.affinity_kept,
         "affinity_broken": state.affinity_broken,
     }
+    if state.external:
+        out["external"] = dict(sorted(state.external.items()))
     book = state.leases
     if book != LeaseBook():
         out["leases"] = {
@@ -227,7 +237,8 @@ def state_to_json(state: State) -> JSON:
 def state_from_json(config: Config, data: object) -> State:
     """A state as a vector's ``initial_state`` describes it (validated against config)."""
     obj = _object(data, "state")
-    extra = sorted(set(obj) - {"servers", "lru", "affinity_kept", "affinity_broken", "leases"})
+    extra = sorted(set(obj) - {"servers", "lru", "affinity_kept", "affinity_broken", "leases",
+                               "external"})
     if extra:
         raise CodecError(f"state: unknown keys {extra}")
     servers = [_pair(p, f"state.servers[{i}]", str, int) for i, p in
@@ -246,6 +257,12 @@ def state_from_json(config: Config, data: object) -> State:
         )
     kept = _count(obj.get("affinity_kept", 0), "state.affinity_kept")
     broken = _count(obj.get("affinity_broken", 0), "state.affinity_broken")
+    external = {k: _count(v, f"state.external[{k}]") for k, v in
+                _object(obj.get("external", {}), "state.external").items() if v != 0}
+    if not set(external) <= set(ids):
+        stray = sorted(set(external) - set(ids))
+        raise CodecError(f"state.external names inactive servers {stray}")
+    servers = [(s, n + external.get(s, 0)) for s, n in servers]
     book = LeaseBook()
     if config.lease_accounting:
         book = book.opened(tuple(ids))
@@ -253,7 +270,7 @@ def state_from_json(config: Config, data: object) -> State:
         book = _leases_from_json(obj["leases"])
     return State(
         LoadTable.build(servers), StickyLru.from_items(config.max_cache_size, tuple(lru)),
-        kept, broken, tuple(sorted(ids)), book,
+        kept, broken, tuple(sorted(ids)), book, Map(external),
     )
 
 

@@ -12,6 +12,9 @@ An event is one call on verl's balancer API, as an immutable value (R-EV-1):
 * :class:`Release` -- ``release_server(server_id, request_id=None)``.
 * :class:`AddServers` / :class:`RemoveServers` -- pool changes, in the given order.
 * :class:`ClearStickyCache` -- ``clear_sticky_cache()``.
+* :class:`ObserveLoads` -- a reconciliation from the backends' own metrics (e.g. vLLM's
+  ``num_requests_running + num_requests_waiting``): the observed outstanding requests
+  per server. It lets an HTTP router see load it did not send (R-OBS-1).
 
 Configuration is the remaining event: :func:`affinity_core.state.initial_state` builds
 the first state from a :class:`~affinity_core.config.Config` and a server list.
@@ -32,6 +35,7 @@ __all__ = [
     "ClearStickyCache",
     "Event",
     "EventError",
+    "ObserveLoads",
     "Release",
     "RemoveServers",
 ]
@@ -107,4 +111,27 @@ class ClearStickyCache:
     pass
 
 
-Event = Acquire | Release | AddServers | RemoveServers | ClearStickyCache
+def _observations(value: object) -> tuple[tuple[str, int], ...]:
+    pairs = list(value.items()) if isinstance(value, dict) else value
+    if isinstance(pairs, str) or not isinstance(pairs, (tuple, list)):
+        raise EventError(f"observed must be (server_id, load) pairs, got {value!r}")
+    out: list[tuple[str, int]] = []
+    for pair in pairs:
+        if not isinstance(pair, (tuple, list)) or len(pair) != 2:
+            raise EventError(f"observed must be (server_id, load) pairs, got {pair!r}")
+        sid, load = pair
+        _id("server id", sid)
+        if isinstance(load, bool) or not isinstance(load, int) or load < 0:
+            raise EventError(f"observed load of {sid!r} must be an integer >= 0, got {load!r}")
+        out.append((sid, load))
+    if len({s for s, _ in out}) != len(out):
+        raise EventError(f"observed server ids must be unique, got {[s for s, _ in out]!r}")
+    return tuple(out)
+
+
+@attrs.frozen(kw_only=True)
+class ObserveLoads:
+    observed: tuple[tuple[str, int], ...] = attrs.field(converter=_observations)
+
+
+Event = Acquire | Release | AddServers | RemoveServers | ClearStickyCache | ObserveLoads

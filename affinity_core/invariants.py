@@ -53,7 +53,9 @@ def well_formed(config: Config, state: State) -> bool:
     servers = [s for s, _ in items]
     lru = state.lru.items()
     return (
-        all(n >= 0 for _, n in items)
+        all(n >= 0 for _, n in state.inflight_items())
+        and all(state.external[s] > 0 for s in state.external)
+        and set(state.external.keys()) <= set(servers)
         and sum(n for _, n in items) == state.pool.total
         and len(set(servers)) == len(servers)
         and len(lru) <= config.max_cache_size
@@ -157,7 +159,7 @@ def leases_match_loads(config: Config, state: State) -> bool:
     """R-LEASE-5: with lease accounting, each count equals its open current leases."""
     if not config.lease_accounting:
         return True
-    return all(state.leases.open_count(s) == n for s, n in state.pool.items())
+    return all(state.leases.open_count(s) == n for s, n in state.inflight_items())
 
 
 def step_invariants(config: Config, pre: State, event: Event, t: Transition) -> dict[str, bool]:
@@ -195,7 +197,7 @@ class Ledger:
         elif isinstance(o, Released) and o.result is ReleaseResult.APPLIED:
             released += 1
         elif not isinstance(event, (Acquire, Release)):
-            resets += pre.pool.total - t.state.pool.total
+            resets += pre.inflight_total - t.state.inflight_total
         return Ledger(hits, acquires, released, resets)
 
 
@@ -206,7 +208,7 @@ def counters_consistent(state: State, ledger: Ledger) -> bool:
 
 def conserved(state: State, ledger: Ledger) -> bool:
     """R-CONS-2: total == acquires - applied releases - counts discarded by pool changes."""
-    return state.pool.total == (
+    return state.inflight_total == (
         ledger.acquires - ledger.applied_releases - ledger.count_resets
     )
 

@@ -29,14 +29,24 @@ from collections.abc import Callable
 from typing import Any
 
 import attrs
+from immutables import Map
 
 from .config import Config, HashMode
-from .events import Acquire, AddServers, ClearStickyCache, Event, Release, RemoveServers
+from .events import (
+    Acquire,
+    AddServers,
+    ClearStickyCache,
+    Event,
+    ObserveLoads,
+    Release,
+    RemoveServers,
+)
 from .leases import LeaseBook
 from .loads import LoadTable
 from .outcomes import (
     NO_SERVERS_MESSAGE,
     Acquired,
+    LoadsObserved,
     Outcome,
     Path,
     PoolChanged,
@@ -159,7 +169,8 @@ def _acquire(config: Config, state: State, event: Acquire) -> Transition:
     if config.lease_accounting:
         leases = leases.grant(rid, chosen)
     new_state = State(
-        pool.add_load(chosen, 1), lru, kept, broken, state.sorted_servers, leases
+        pool.add_load(chosen, 1), lru, kept, broken, state.sorted_servers, leases,
+        state.external,
     )
     previous = pinned if lookup in (Lookup.HIT_BREAK, Lookup.HIT_REMOVED) else None
     return Transition(new_state, Acquired(chosen, rule.path, previous, evicted))
@@ -179,31 +190,37 @@ def _release(config: Config, state: State, event: Release) -> Transition:
     pool = state.pool
     if sid not in pool:
         return Transition(state, Released(sid, ReleaseResult.UNKNOWN_SERVER))
-    if pool.load(sid) == 0:
+    if state.inflight(sid) == 0:  # external load is never released
         return Transition(state, Released(sid, ReleaseResult.AT_ZERO))
     return Transition(
-        State(pool.add_load(sid, -1), state.lru, state.affinity_kept, state.affinity_broken,
-              state.sorted_servers, state.leases),
+        _with(state, pool=pool.add_load(sid, -1), leases=state.leases),
         Released(sid, ReleaseResult.APPLIED),
     )
 
 
 def _with(state: State, *, pool: LoadTable, leases: LeaseBook) -> State:
     return State(pool, state.lru, state.affinity_kept, state.affinity_broken,
-                 state.sorted_servers, leases)
+                 state.sorted_servers, leases, state.external)
 
 
-def _with_pool(state: State, items: list[tuple[str, int]]) -> State:
+def _with_pool(state: State, items: list[tuple[str, int]], external: Map[str, int]) -> State:
     pool = LoadTable.build(items)
-    return attrs.evolve(state, pool=pool, sorted_servers=tuple(sorted(pool.servers)))
+    return attrs.evolve(
+        state, pool=pool, sorted_servers=tuple(sorted(pool.servers)), external=external
+    )
 
 
 def _add(config: Config, state: State, event: AddServers) -> Transition:
     loads = dict(state.pool.items())
+    external = state.external
     for sid in event.server_ids:
         if sid not in loads or not config.lease_accounting:
-            loads[sid] = 0  # legacy: re-adding an active server resets its count
-    new_state = _with_pool(state, list(loads.items()))
+            # Legacy: re-adding an active server resets its count (R-POOL-2), and with
+            # it whatever was observed about the old incarnation.
+            loads[sid] = 0
+            if sid in external:
+                external = external.delete(sid)
+    new_state = _with_pool(state, list(loads.items()), external)
     if config.lease_accounting:
         new_state = attrs.evolve(new_state, leases=state.leases.opened(event.server_ids))
     return Transition(new_state, PoolChanged(new_state.pool.servers))
@@ -212,15 +229,37 @@ def _add(config: Config, state: State, event: AddServers) -> Transition:
 def _remove(config: Config, state: State, event: RemoveServers) -> Transition:
     gone = set(event.server_ids)
     items = [(sid, n) for sid, n in state.pool.items() if sid not in gone]
-    new_state = _with_pool(state, items)
+    external = state.external
+    for sid in gone & set(external.keys()):
+        external = external.delete(sid)
+    new_state = _with_pool(state, items, external)
     if config.lease_accounting:
         new_state = attrs.evolve(new_state, leases=state.leases.closed(event.server_ids))
     return Transition(new_state, PoolChanged(new_state.pool.servers))
 
 
 def _clear(config: Config, state: State, event: ClearStickyCache) -> Transition:
-    outcome = StickyCacheCleared(len(state.lru), state.pool.items())
+    outcome = StickyCacheCleared(len(state.lru), state.inflight_items())
     return Transition(attrs.evolve(state, lru=state.lru.cleared()), outcome)
+
+
+def _observe(config: Config, state: State, event: ObserveLoads) -> Transition:
+    """R-OBS-1: external = max(0, observed - in-flight); routing sees in-flight + external."""
+    pool, external = state.pool, state.external
+    updated: list[str] = []
+    ignored: list[str] = []
+    for sid, observed in event.observed:
+        if sid not in pool:
+            ignored.append(sid)
+            continue
+        inflight = state.inflight(sid)
+        extra = max(0, observed - inflight)
+        pool = pool.set_load(sid, inflight + extra)
+        external = external.set(sid, extra) if extra else (
+            external.delete(sid) if sid in external else external)
+        updated.append(sid)
+    new_state = attrs.evolve(state, pool=pool, external=external)
+    return Transition(new_state, LoadsObserved(tuple(updated), tuple(ignored)))
 
 
 TRANSITIONS: dict[type[Any], Callable[[Config, State, Any], Transition]] = {
@@ -229,6 +268,7 @@ TRANSITIONS: dict[type[Any], Callable[[Config, State, Any], Transition]] = {
     AddServers: _add,
     RemoveServers: _remove,
     ClearStickyCache: _clear,
+    ObserveLoads: _observe,
 }
 
 

@@ -20,6 +20,7 @@ import attrs
 __all__ = [
     "NO_SERVERS_MESSAGE",
     "Acquired",
+    "LoadsObserved",
     "Outcome",
     "Path",
     "PoolChanged",
@@ -86,4 +87,10 @@ class Rejected:
     message: str
 
 
-Outcome = Acquired | Released | PoolChanged | StickyCacheCleared | Rejected
+@attrs.frozen
+class LoadsObserved:
+    updated: tuple[str, ...]  # active servers whose external load was set
+    ignored: tuple[str, ...]  # listed servers that are not active
+
+
+Outcome = Acquired | Released | PoolChanged | StickyCacheCleared | Rejected | LoadsObserved

@@ -13,6 +13,10 @@ The state is the legacy balancer's state made explicit (R-ST-1):
 * ``sorted_servers``: the pool sorted by id, kept for the ``stable`` hash mode; it is a
   function of ``pool`` and changes only on add/remove.
 * ``leases``: the lease book, used only with ``lease_accounting``.
+* ``external``: load the router did not send, from an :class:`ObserveLoads` event
+  (R-OBS-1). Only non-zero entries are stored. ``pool`` holds *effective* loads,
+  in-flight plus external, because that is what routing compares; the in-flight count
+  of a server is its effective load minus its external load.
 
 Server handles are not state: they are opaque to routing and live in the adapters.
 States are values: hashable, comparable, and never mutated.
@@ -23,6 +27,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 import attrs
+from immutables import Map
 
 from .config import Config, ConfigError
 from .leases import LeaseBook
@@ -33,6 +38,7 @@ __all__ = ["State", "initial_state"]
 
 
 _NO_LEASES = LeaseBook()
+_NO_EXTERNAL: Map[str, int] = Map()
 
 
 @attrs.frozen
@@ -43,11 +49,28 @@ class State:
     affinity_broken: int = 0
     sorted_servers: tuple[str, ...] = ()
     leases: LeaseBook = _NO_LEASES
+    external: Map[str, int] = _NO_EXTERNAL
+
+    def inflight(self, server_id: str) -> int:
+        """The router's own in-flight count (0 for an inactive server)."""
+        return self.pool.load(server_id) - self.external.get(server_id, 0)
+
+    def inflight_items(self) -> tuple[tuple[str, int], ...]:
+        """``(server_id, in-flight count)`` in pool order."""
+        items = self.pool.items()
+        if not self.external:
+            return items
+        ext = self.external
+        return tuple((s, n - ext.get(s, 0)) for s, n in items)
+
+    @property
+    def inflight_total(self) -> int:
+        return self.pool.total - sum(self.external.values())
 
     @property
     def loads(self) -> dict[str, int]:
         """In-flight counts in pool order (a fresh dict)."""
-        return dict(self.pool.items())
+        return dict(self.inflight_items())
 
 
 def initial_state(config: Config, servers: Iterable[str] = ()) -> State:

@@ -6,7 +6,9 @@ Theory of operation
 (pool order), ``total_inflight``, ``active_servers`` and ``registered_handles``; PR
 #7435's ``affinity_break_margin``, ``affinity_kept`` and ``affinity_broken``; and
 Affinity's own ``policy``, ``tie_break``, ``hash_mode``, ``full_determinism``,
-``sticky_entries`` and, with lease accounting, ``unknown_leases`` and ``stale_leases``.
+``sticky_entries`` and, with lease accounting, ``unknown_leases`` and ``stale_leases``;
+``external_loads`` when an :class:`~affinity_core.events.ObserveLoads` set any. The
+``servers`` counts are the router's own in-flight counts, as in verl.
 """
 
 from __future__ import annotations
@@ -22,10 +24,10 @@ VERL_STATUS_KEYS = ("servers", "total_inflight", "active_servers", "registered_h
 
 
 def status(config: Config, state: State) -> dict[str, Any]:
-    items = state.pool.items()
+    items = state.inflight_items()
     out: dict[str, Any] = {
         "servers": dict(items),
-        "total_inflight": state.pool.total,
+        "total_inflight": state.inflight_total,
         "active_servers": len(items),
         "registered_handles": [sid for sid, _ in items],
         "affinity_break_margin": config.affinity_break_margin,
@@ -41,6 +43,9 @@ def status(config: Config, state: State) -> dict[str, Any]:
     if config.dual_threshold is not None:
         out["balance_abs_threshold"] = config.dual_threshold.balance_abs_threshold
         out["balance_rel_threshold"] = str(config.dual_threshold.balance_rel_threshold)
+    if state.external:
+        out["external_loads"] = {s: state.external[s] for s in state.pool.servers
+                                 if s in state.external}
     if config.lease_accounting:
         out["unknown_leases"] = state.leases.unknown_leases
         out["stale_leases"] = state.leases.stale_leases
