@@ -75,6 +75,8 @@ class State:
 
 def initial_state(config: Config, servers: Iterable[str] = ()) -> State:
     """The configuration event (R-CFG-2): a fresh balancer over ``servers``, all idle."""
+    if isinstance(servers, str):
+        raise ConfigError(f"servers must be a list of server ids, got the string {servers!r}")
     ids = list(servers)
     for sid in ids:
         if not isinstance(sid, str) or sid == "":

@@ -159,8 +159,6 @@ def test_initial_state_rejects_bad_server_lists(servers: Any, shown: str) -> Non
     assert "servers" in str(err.value) and shown in str(err.value)
 
 
-@pytest.mark.xfail(strict=True, reason="affinity_core bug: a bare string is iterated as "
-                   "characters (initial_state(Config(), 's0') builds servers 's' and '0')")
 def test_initial_state_rejects_a_bare_string() -> None:
     """R-CFG-2: like AddServers, the configuration event must refuse a bare string."""
     with pytest.raises(ConfigError, match="servers"):
