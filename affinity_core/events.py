@@ -38,6 +38,7 @@ __all__ = [
     "ObserveLoads",
     "Release",
     "RemoveServers",
+    "is_valid_id",
 ]
 
 
@@ -45,9 +46,23 @@ class EventError(ValueError):
     """An event field is outside its accepted range."""
 
 
-def _id(kind: str, value: object) -> None:
+def is_valid_id(value: object) -> bool:
+    """A non-empty string of Unicode scalar values (no lone surrogates), so that every id
+    has a UTF-8 encoding for stable_hash and the JSON codec."""
     if not isinstance(value, str) or value == "":
-        raise EventError(f"{kind} must be a non-empty string, got {value!r}")
+        return False
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def _id(kind: str, value: object) -> None:
+    if not is_valid_id(value):
+        raise EventError(
+            f"{kind} must be a non-empty string of Unicode scalar values, got {value!r}"
+        )
 
 
 def _optional_id(_inst: Any, attr: attrs.Attribute[Any], value: Any) -> None:

@@ -72,7 +72,7 @@ def decision_in_pool(pre: State, t: Transition) -> bool:
 
 
 def within_band(config: Config, pre: State, t: Transition) -> bool:
-    """R-KEEP-1 / R-BREAK-2: a kept pin is inside the band; a break lands on a minimum."""
+    """R-KEEP-1 / R-PLACE-1: a kept pin is inside the band; a break lands on a minimum."""
     o = t.outcome
     if not isinstance(o, Acquired) or config.affinity_break_margin is None:
         return True

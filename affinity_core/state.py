@@ -30,6 +30,7 @@ import attrs
 from immutables import Map
 
 from .config import Config, ConfigError
+from .events import is_valid_id
 from .leases import LeaseBook
 from .loads import LoadTable
 from .lru import StickyLru
@@ -79,8 +80,10 @@ def initial_state(config: Config, servers: Iterable[str] = ()) -> State:
         raise ConfigError(f"servers must be a list of server ids, got the string {servers!r}")
     ids = list(servers)
     for sid in ids:
-        if not isinstance(sid, str) or sid == "":
-            raise ConfigError(f"servers must be non-empty strings, got {sid!r}")
+        if not is_valid_id(sid):
+            raise ConfigError(
+                f"servers must be non-empty strings of Unicode scalar values, got {sid!r}"
+            )
     if len(set(ids)) != len(ids):
         raise ConfigError(f"servers must be unique, got {ids!r}")
     leases = LeaseBook().opened(tuple(ids)) if config.lease_accounting else LeaseBook()
