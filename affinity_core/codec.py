@@ -39,6 +39,7 @@ from .events import (
     ObserveLoads,
     Release,
     RemoveServers,
+    is_valid_id,
 )
 from .leases import LeaseBook
 from .loads import LoadTable
@@ -244,12 +245,14 @@ def state_from_json(config: Config, data: object) -> State:
     servers = [_pair(p, f"state.servers[{i}]", str, int) for i, p in
                enumerate(_list(obj.get("servers", []), "state.servers"))]
     ids = [s for s, _ in servers]
-    if len(set(ids)) != len(ids) or any(s == "" for s in ids):
+    if len(set(ids)) != len(ids) or not all(is_valid_id(s) for s in ids):
         raise CodecError(f"state.servers: ids must be unique non-empty strings, got {ids}")
     if any(n < 0 for _, n in servers):
         raise CodecError(f"state.servers: loads must be >= 0, got {servers}")
     lru = [_pair(p, f"state.lru[{i}]", str, str) for i, p in
            enumerate(_list(obj.get("lru", []), "state.lru"))]
+    if not all(is_valid_id(k) and is_valid_id(v) for k, v in lru):
+        raise CodecError("state.lru: ids must be non-empty strings of Unicode scalar values")
     if len({k for k, _ in lru}) != len(lru) or len(lru) > config.max_cache_size:
         raise CodecError(
             f"state.lru: keys must be unique and at most max_cache_size="
