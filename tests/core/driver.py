@@ -39,6 +39,8 @@ from affinity_core import (
     Config,
     Event,
     HashMode,
+    LoadsObserved,
+    ObserveLoads,
     Outcome,
     Path,
     PoolChanged,
@@ -73,7 +75,9 @@ def outcome_fits_event(event: Event, outcome: Outcome) -> bool:
         return isinstance(outcome, Released)
     if isinstance(event, (AddServers, RemoveServers)):
         return isinstance(outcome, PoolChanged)
-    return isinstance(outcome, StickyCacheCleared)
+    if isinstance(event, ObserveLoads):
+        return isinstance(outcome, LoadsObserved)
+    return isinstance(event, ClearStickyCache) and isinstance(outcome, StickyCacheCleared)
 
 
 class Run:
@@ -223,6 +227,8 @@ class Run:
     # -------------------------------------------------------------- observations
     @property
     def loads(self) -> dict[str, int]:
+        """Routing loads in pool order (equal to in-flight counts: no scenario here
+        observes external load)."""
         return dict(self.state.pool.items())
 
     @property
