@@ -65,7 +65,8 @@ def test_abs_at_most_zero_disables_the_gate(abs_threshold: int) -> None:
 
 
 def test_rel_as_string_fraction_or_float_is_the_same_rational() -> None:
-    """R-GATE-1: "1.5", Fraction(3, 2) and 1.5 give equal configs and equal decisions."""
+    """R-GATE-1, R-CFG-5: "1.5", Fraction(3, 2) and 1.5 give equal configs and equal
+    decisions."""
     gates = [DualThreshold(4, "1.5"), DualThreshold(4, Fraction(3, 2)),
              DualThreshold(4, 1.5)]
     assert gates[0] == gates[1] == gates[2]
@@ -76,7 +77,7 @@ def test_rel_as_string_fraction_or_float_is_the_same_rational() -> None:
 
 
 def test_rel_is_compared_exactly_not_in_binary_floating_point() -> None:
-    """R-GATE-1, R-PURE-1: 115 vs 100 at rel 1.15 is balanced (115 == 100 * 1.15), although
+    """R-GATE-1, R-CFG-5, R-PURE-1: 115 vs 100 at rel 1.15 is balanced (115 == 100 * 1.15), although
     the float product 100 * 1.15 is 114.99999999999999."""
     assert 100 * 1.15 < 115  # the trap a float implementation falls into
     pinned(1, 1.15, s0=115, s1=100).acquire("conv", path="kept")

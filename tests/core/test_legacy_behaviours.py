@@ -143,7 +143,8 @@ def test_removed_server_is_never_chosen(tie_break: str, gone: str) -> None:
 
 # (L9, T) occupy-s0 -> s0, sticky-req -> s1, remove s1, sticky-req -> s0 --------------
 def test_sticky_request_reselected_after_its_server_is_removed() -> None:
-    """R-ACQ-3, R-POOL-3: the removed pin is deleted and the request is placed anew."""
+    """R-ACQ-3, R-POOL-3, R-OUT-3: the removed pin is deleted and the request is placed
+    anew; the outcome names the old pin."""
     run = Run(servers=("s0", "s1"))
     run.acquire("occupy-s0", expect="s0").acquire("sticky-req", expect="s1")
     run.remove("s1")

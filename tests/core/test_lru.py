@@ -74,7 +74,7 @@ def test_reselection_reinserts_without_eviction() -> None:
 
 
 def test_clear_empties_the_map_and_keeps_loads_and_counters() -> None:
-    """R-LRU-4, R-CLR-1, R-CNT-2: clear returns the entry count and the loads, empties
+    """R-LRU-4, R-CLR-1, R-CNT-2, R-OUT-3: clear returns the entry count and the loads, empties
     the map, and leaves loads and counters alone; the next turn is a new placement."""
     run = Run().acquire("a").acquire("a").acquire("b")
     loads, counters = run.loads, run.counters

@@ -179,3 +179,19 @@ def test_20_six_hits_are_all_counted() -> None:
     kept, broken = run.counters
     assert kept + broken == 6
     assert (kept, broken) == (4, 2)  # turns 3 and 5 found the pin above min + 1
+
+
+# ------------------------------------------------- beyond the PR's list: the band itself
+@pytest.mark.parametrize("margin", range(7))
+def test_keep_is_monotone_in_the_margin(margin: int) -> None:
+    """R-KEEP-4: one state, pin at min + 3: broken for every m < 3, kept for every m >= 3."""
+    run = pinned_to_s0(affinity_break_margin=margin).set_loads(s0=5, s1=2, s2=4)
+    run.acquire("conv", path="kept" if margin >= 3 else "broken")
+
+
+def test_no_starvation_while_an_idle_server_exists() -> None:
+    """R-KEEP-3, R-SKEW-1: with margin 2 a pin at load 3 is left for the idle server,
+    and one at load 2 (inside the band) is kept."""
+    run = pinned_to_s0(affinity_break_margin=2).set_loads(s0=3, s1=1, s2=0)
+    run.acquire("conv", expect="s2", path="broken")
+    run.set_loads(s2=2, s1=0).acquire("conv", expect="s2", path="kept")

@@ -134,13 +134,13 @@ def test_margin_and_gate_together_rejected() -> None:
     (lambda: DualThreshold(4, "1/0"), "balance_rel_threshold"),
 ])
 def test_gate_values_rejected(build: Any, key: str) -> None:
-    """R-CFG-1, R-GATE-1: abs must be an integer, rel a finite number >= 1."""
+    """R-CFG-1, R-CFG-5, R-GATE-1: abs must be an integer, rel a finite number >= 1."""
     with pytest.raises(ConfigError, match=key):
         build()
 
 
 def test_gate_rel_accepts_exact_inputs() -> None:
-    """R-GATE-1: rel 1 (int) and "3/2" (a fraction string) are exact rationals."""
+    """R-CFG-5: rel 1 (int) and "3/2" (a fraction string) are exact rationals."""
     assert DualThreshold(4, 1).balance_rel_threshold == 1
     assert DualThreshold(4, "3/2").balance_rel_threshold == Fraction(3, 2)
 
