@@ -15,14 +15,17 @@ the same random trace as the core, and after every step the test compares
 Both tie versions are covered (``first``: Aug-2026 main and PR #7435; ``draw``: 0.9.1's
 ``random.choice`` with the draw on the event), with and without ``full_determinism``
 (caller hash mode: the hash rides on the event), and with tiny sticky maps so that
-evictions happen. Unkeyed requests and load observations are not part of verl's API and
-are left out.
+evictions happen. Seeded traces over pools of 33, 65 and 1030 servers exercise the
+multi-level load tree against the model's linear scans. Unkeyed requests and load
+observations are not part of verl's API and are left out.
 """
 
 from __future__ import annotations
 
+import random
 from typing import Any, Literal
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -129,6 +132,33 @@ def test_core_equals_legacy_model(ties: Literal["first", "draw"], full_determini
         assert project(state) == legacy_projection(model), event
         core_status = status(config, state)
         assert {k: core_status[k] for k in VERL_STATUS_KEYS} == verl_status(model)
+
+
+@pytest.mark.parametrize(("pool_size", "ties"), [(33, "first"), (65, "draw"), (1030, "draw")])
+def test_wide_pools_in_lockstep(pool_size: int, ties: Literal["first", "draw"]) -> None:
+    """R-LEG-1, R-TIE-1: pools wider than one 32-slot leaf (two and three tree levels)
+    still choose exactly as the linear-scan model, over a seeded random trace."""
+    rng = random.Random(pool_size)
+    ids = [f"s{i}" for i in range(pool_size)]
+    config = Config(tie_break=ties, max_cache_size=40)
+    state, model = initial_state(config, ids), LegacyModel.fresh(ids, 40)
+    for _ in range(300):
+        roll = rng.random()
+        event: Event
+        if roll < 0.6:
+            event = Acquire(request_id=f"r{rng.randrange(60)}", tie_draw=rng.randrange(4096),
+                            request_hash=0)
+        elif roll < 0.9:
+            event = Release(server_id=rng.choice(ids))
+        elif roll < 0.95:
+            event = RemoveServers(server_ids=rng.sample(ids, 3))
+        else:
+            event = AddServers(server_ids=rng.sample(ids, 2))
+        t = step(config, state, event)
+        model, expected = legacy_step(model, event, ties)
+        assert core_decision(event, t.outcome) == expected, event
+        state = t.state
+        assert project(state) == legacy_projection(model), event
 
 
 def test_lockstep_sees_a_divergence() -> None:
