@@ -1,0 +1,232 @@
+"""``AffinityLoadBalancer``: verl 0.9.1's ``RequestLoadBalancer`` on top of ``affinity_core``.
+
+Theory of operation
+-------------------
+The class is plain (verl wraps it with ``ray.remote``) and every method is synchronous,
+so the actor runs one call at a time and each call is atomic, exactly like verl's own
+``GlobalRequestLoadBalancer``. An ``async def`` here would turn it into an asyncio actor
+and give up that atomicity (PR #7435 behaviour 7).
+
+The adapter holds three things and decides nothing:
+
+* ``_state``: the core :class:`~affinity_core.State`. Each mutating method builds one
+  event, calls :func:`affinity_core.step`, stores the new state and maps the outcome to
+  verl's return value or exception. No routing logic lives here.
+* ``_handles``: ``server_id -> actor handle``. Handles are opaque to routing, so they are
+  adapter data, not core state; ``add_servers`` / ``remove_servers`` keep them in step
+  with the pool.
+* the sources of the two inputs the pure core may not produce itself: a seeded
+  ``random.Random`` for ``tie_break="draw"`` (verl 0.9.1 calls ``random.choice``), and
+  Python's ``hash(request_id)`` for ``full_determinism`` with ``hash_mode="caller"``
+  (verl's own hash; ``hash_mode="stable"`` lets the core use CRC-32 instead).
+
+Outcome mapping keeps verl's error contract: ``Rejected(no_servers)`` becomes
+``RuntimeError("No available servers in load balancer")`` (callers match on the text),
+``Rejected(invalid_for_config)`` a ``ValueError``. Malformed arguments (an empty request
+id, a non-mapping ``servers``) raise ``ValueError`` / ``TypeError`` naming the value.
+
+With ``decision_log`` set, every applied event is appended to an NDJSON decision log
+(:class:`affinity_conformance.decision_log.DecisionLogWriter`) that ``affinity replay``
+checks against the core: one flushed line per event, size-capped with rotation.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from affinity_conformance.decision_log import DecisionLogWriter
+from affinity_core import (
+    NO_SERVERS_MESSAGE,
+    Acquire,
+    Acquired,
+    AddServers,
+    ClearStickyCache,
+    ConfigError,
+    Event,
+    HashMode,
+    Outcome,
+    Rejected,
+    RejectReason,
+    Release,
+    RemoveServers,
+    StickyCacheCleared,
+    TieBreak,
+    initial_state,
+    status,
+    step,
+)
+
+from .options import BalancerOptions, OptionError, parse_options
+
+__all__ = ["AffinityLoadBalancer"]
+
+
+def _handles(servers: object, where: str) -> dict[str, Any]:
+    """verl passes ``{server_id: handle}``; a list of ids (handles None) is accepted too."""
+    if servers is None:
+        return {}
+    if isinstance(servers, Mapping):
+        return dict(servers)
+    if isinstance(servers, Iterable) and not isinstance(servers, (str, bytes)):
+        return dict.fromkeys(servers)
+    raise TypeError(
+        f"{where}: servers must be a mapping of server id to actor handle, "
+        f"got {servers!r} ({type(servers).__name__})"
+    )
+
+
+class AffinityLoadBalancer:
+    """Sticky, load-aware request balancer for verl rollout (see the module docstring).
+
+    Construct it the way verl does -- ``AffinityLoadBalancer(servers, yaml_dict)`` on the
+    router plug-in path, ``AffinityLoadBalancer(servers=..., max_cache_size=...)`` on the
+    ``load_balancer_cls`` path -- or with keyword options directly. Accepted options:
+    :data:`affinity_verl.ACCEPTED_KEYS`. Every option is validated here, so a bad value
+    fails when the actor is created, never on the first request.
+    """
+
+    def __init__(
+        self,
+        servers: Mapping[str, Any] | Iterable[str] | None = None,
+        config: Mapping[str, Any] | None = None,
+        **options: Any,
+    ) -> None:
+        parsed = parse_options(config, options, source=type(self).__name__)
+        handles = _handles(servers, type(self).__name__)
+        try:
+            state = initial_state(parsed.config, handles)
+        except ConfigError as exc:
+            raise OptionError(f"{type(self).__name__}: {exc}") from None
+        self._options: BalancerOptions = parsed
+        self._config = parsed.config
+        self._state = state
+        self._handles = handles
+        seed = parsed.seed if parsed.seed is not None else int.from_bytes(os.urandom(8), "big")
+        self._rng = random.Random(seed)
+        self._log: DecisionLogWriter | None = None
+        if parsed.decision_log is not None:
+            self._log = DecisionLogWriter(
+                parsed.decision_log,
+                max_bytes=parsed.decision_log_max_bytes,
+                backups=parsed.decision_log_backups,
+            )
+            self._log.start(self._config, self._state)
+
+    # ------------------------------------------------------------------ internals
+    def _apply(self, event: Event) -> Outcome:
+        before = self._state
+        transition = step(self._config, before, event)
+        self._state = transition.state
+        if self._log is not None:
+            self._log.record(self._config, before, event, transition.outcome, transition.state)
+        return transition.outcome
+
+    def _tie_draw(self, request_id: str | None) -> int:
+        """The draw for ``tie_break="draw"`` (and unkeyed requests under ``"hashed"``)."""
+        config = self._config
+        if config.full_determinism or config.tie_break is TieBreak.FIRST:
+            return 0
+        if config.tie_break is TieBreak.HASHED and request_id is not None:
+            return 0
+        pool = self._state.pool
+        ties = pool.tie_count if len(pool) else 0
+        return self._rng.randrange(ties) if ties > 1 else 0
+
+    def _request_hash(self, request_id: str | None) -> int | None:
+        config = self._config
+        if config.full_determinism and config.hash_mode is HashMode.CALLER:
+            # verl 0.9.1 indexes its pool with the builtin hash (PYTHONHASHSEED-dependent).
+            return hash(request_id) if isinstance(request_id, str) else None
+        return None
+
+    # ------------------------------------------------------- RequestLoadBalancer
+    def acquire_server(self, request_id: str, **extra: Any) -> tuple[str, Any]:
+        """Pick a server for ``request_id``; returns ``(server_id, handle)``.
+
+        ``extra`` holds the fields of :meth:`require_acquire_fields` (none); verl's client
+        sends only declared fields, so anything here is ignored. Raises ``RuntimeError``
+        ("No available servers in load balancer") when the pool is empty.
+        """
+        event = Acquire(
+            request_id=request_id,
+            tie_draw=self._tie_draw(request_id),
+            request_hash=self._request_hash(request_id),
+        )
+        outcome = self._apply(event)
+        if isinstance(outcome, Acquired):
+            return outcome.server_id, self._handles.get(outcome.server_id)
+        assert isinstance(outcome, Rejected)
+        if outcome.reason is RejectReason.NO_SERVERS:
+            raise RuntimeError(NO_SERVERS_MESSAGE)
+        raise ValueError(f"acquire_server(request_id={request_id!r}): {outcome.message}")
+
+    def release_server(self, server_id: str, request_id: str | None = None) -> None:
+        """End one request on ``server_id``.
+
+        Legacy semantics (default): an unknown server or a count at 0 is ignored and
+        ``request_id`` is not used. With ``lease_accounting`` the release is matched to
+        the acquire it ends (R-LEASE-3).
+        """
+        self._apply(Release(server_id=server_id, request_id=request_id))
+
+    def require_acquire_fields(self) -> list[str]:
+        """Routing keys on ``request_id`` alone."""
+        return []
+
+    def require_release_fields(self) -> list[str]:
+        """``["request_id"]`` with lease accounting (verl's client then passes it)."""
+        return ["request_id"] if self._config.lease_accounting else []
+
+    def add_servers(self, servers: Mapping[str, Any]) -> None:
+        """Add servers (``{server_id: handle}``); each joins with count 0.
+
+        As in verl, re-adding an active server resets its count to 0 (R-POOL-2), except
+        with lease accounting, where its count and leases are kept (R-LEASE-4).
+        """
+        handles = _handles(servers, "add_servers")
+        self._apply(AddServers(server_ids=list(handles)))
+        self._handles.update(handles)
+
+    def remove_servers(self, server_ids: list[str]) -> None:
+        """Remove servers; unknown ids are ignored, sticky entries are not purged."""
+        if isinstance(server_ids, (str, bytes)):
+            raise TypeError(f"remove_servers: server_ids must be a list of ids, got {server_ids!r}")
+        ids = list(server_ids)
+        self._apply(RemoveServers(server_ids=ids))
+        for sid in ids:
+            self._handles.pop(sid, None)
+
+    def get_all_servers(self) -> list[str]:
+        """Active server ids in pool order."""
+        return list(self._state.pool.servers)
+
+    def get_inflight_count(self, server_id: str) -> int:
+        """In-flight count of ``server_id``; 0 for an unknown server."""
+        pool = self._state.pool
+        return pool.load(server_id) if server_id in pool else 0
+
+    def get_total_inflight(self) -> int:
+        return self._state.pool.total
+
+    def clear_sticky_cache(self) -> dict[str, Any]:
+        """Empty the sticky map; counts and the affinity counters are kept."""
+        outcome = self._apply(ClearStickyCache())
+        assert isinstance(outcome, StickyCacheCleared)
+        return {
+            "cleared_entries": outcome.cleared_entries,
+            "server_loads": dict(outcome.server_loads),
+        }
+
+    def get_status(self) -> dict[str, Any]:
+        """verl's keys plus ``affinity_break_margin``, the counters, policy and tie-break."""
+        out = status(self._config, self._state)
+        out["decision_log"] = None if self._log is None else str(self._log.path)
+        return out
+
+    # ------------------------------------------------------------------- extras
+    def decision_log_files(self) -> list[str]:
+        """The decision log's files, oldest first (empty when the log is off)."""
+        return [] if self._log is None else [str(p) for p in self._log.files()]

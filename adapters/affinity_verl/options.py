@@ -1,0 +1,196 @@
+"""Balancer options: one validated record from verl's keywords, a router YAML, or both.
+
+Theory of operation
+-------------------
+The balancer is configured from three places, and all three go through
+:func:`parse_options` so they accept the same keys and fail the same way:
+
+* verl's constructor keywords (``servers``, ``max_cache_size``, ``full_determinism``);
+* the router YAML of verl's plug-in path, passed whole as the second positional argument
+  (it still holds ``router_class``, which is accepted and ignored);
+* our own keywords (``affinity_break_margin``, ``tie_break``, ...).
+
+Validation happens here, at construction or config load, never on the first request
+(issue 5, item 3; R-CFG-1): an unknown key names itself and the accepted keys, and a bad
+value names the key, the value and the accepted range. Routing options are checked by
+:class:`affinity_core.Config` itself; this module adds the adapter-only options (the
+decision log and the tie-draw seed) and maps names.
+
+Defaults equal verl 0.9.1's ``GlobalRequestLoadBalancer`` exactly, with one choice the
+core leaves open: ties are broken by a *draw* (``tie_break="draw"``), which is what 0.9.1's
+``random.choice`` does; the draw comes from the adapter's own seeded generator, never
+from the core. ``"first"`` reproduces Aug-2026 main and PR #7435 and puts every new
+session of an idle pool on the first replica (hazard R-HAZ-1, the avalanche);
+``"hashed"`` is deterministic and still spreads.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import attrs
+
+from affinity_core import DEFAULT_MAX_CACHE_SIZE, Config, ConfigError, DualThreshold
+
+__all__ = [
+    "ACCEPTED_KEYS",
+    "DEFAULT_DECISION_LOG_BACKUPS",
+    "DEFAULT_DECISION_LOG_MAX_BYTES",
+    "DEFAULT_TIE_BREAK",
+    "BalancerOptions",
+    "OptionError",
+    "parse_options",
+]
+
+DEFAULT_TIE_BREAK = "draw"
+DEFAULT_DECISION_LOG_MAX_BYTES = 64 << 20
+DEFAULT_DECISION_LOG_BACKUPS = 3
+MIN_DECISION_LOG_BYTES = 4096  # the writer's own floor: one header plus a few records
+
+ROUTING_KEYS = (
+    "affinity_break_margin",
+    "balance_abs_threshold",
+    "balance_rel_threshold",
+    "full_determinism",
+    "hash_mode",
+    "lease_accounting",
+    "max_cache_size",
+    "tie_break",
+)
+ADAPTER_KEYS = ("decision_log", "decision_log_backups", "decision_log_max_bytes", "seed")
+IGNORED_KEYS = ("router_class",)  # verl's plug-in path passes the whole YAML dict
+ACCEPTED_KEYS: tuple[str, ...] = tuple(sorted((*ROUTING_KEYS, *ADAPTER_KEYS, *IGNORED_KEYS)))
+
+
+class OptionError(ConfigError):
+    """A balancer option is unknown or out of range (a ``ValueError``)."""
+
+
+@attrs.frozen
+class BalancerOptions:
+    """Everything the balancer needs besides its servers."""
+
+    config: Config
+    decision_log: Path | None = None
+    decision_log_max_bytes: int = DEFAULT_DECISION_LOG_MAX_BYTES
+    decision_log_backups: int = DEFAULT_DECISION_LOG_BACKUPS
+    seed: int | None = None
+
+
+def _describe(value: object) -> str:
+    return f"{value!r} ({type(value).__name__})"
+
+
+def _int_at_least(key: str, value: object, low: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < low:
+        raise OptionError(f"{key} must be an integer >= {low}, got {_describe(value)}")
+    return value
+
+
+def _log_path(value: object) -> Path | None:
+    if value is None:
+        return None
+    if isinstance(value, (str, os.PathLike)) and os.fspath(value) not in ("", b""):
+        text = os.fspath(value)
+        return Path(text if isinstance(text, str) else os.fsdecode(text))
+    raise OptionError(
+        f"decision_log must be null or a non-empty file path, got {_describe(value)}"
+    )
+
+
+def _seed(value: object) -> int | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise OptionError(f"seed must be null or an integer, got {_describe(value)}")
+    return value
+
+
+def _gate(merged: Mapping[str, Any]) -> DualThreshold | None:
+    abs_threshold = merged.get("balance_abs_threshold")
+    rel = merged.get("balance_rel_threshold")
+    if abs_threshold is None:
+        if rel is not None:
+            raise OptionError(
+                f"balance_rel_threshold={rel!r} needs balance_abs_threshold "
+                "(PR #6533's gate is off without it)"
+            )
+        return None
+    if rel is None:
+        return DualThreshold(abs_threshold)
+    return DualThreshold(abs_threshold, rel)  # the converter checks rel >= 1
+
+
+def _merge(
+    config: Mapping[str, Any] | None, overrides: Mapping[str, Any], source: str
+) -> dict[str, Any]:
+    if config is None:
+        config = {}
+    if not isinstance(config, Mapping):
+        raise OptionError(
+            f"{source}: the router config must be a mapping of option names to values, "
+            f"got {_describe(config)}"
+        )
+    merged: dict[str, Any] = {}
+    for where in (config, overrides):
+        for key, value in where.items():
+            if not isinstance(key, str) or key not in ACCEPTED_KEYS:
+                raise OptionError(
+                    f"{source}: unknown option {key!r}; accepted options: "
+                    f"{', '.join(ACCEPTED_KEYS)}"
+                )
+            if key in merged and merged[key] != value:
+                raise OptionError(
+                    f"{source}: option {key!r} is given twice with different values "
+                    f"({merged[key]!r} in the router config, {value!r} as a keyword)"
+                )
+            merged[key] = value
+    return merged
+
+
+def parse_options(
+    config: Mapping[str, Any] | None = None,
+    overrides: Mapping[str, Any] | None = None,
+    *,
+    source: str = "AffinityLoadBalancer",
+) -> BalancerOptions:
+    """Validate and map options; raises :class:`OptionError` naming key, value and range.
+
+    ``config`` is a router YAML dict (or None); ``overrides`` are keyword options. A key
+    may appear in both only with the same value. ``source`` prefixes every message, e.g.
+    the YAML path, so the user knows which file to fix.
+    """
+    merged = _merge(config, overrides or {}, source)
+    try:
+        routing = Config(
+            affinity_break_margin=merged.get("affinity_break_margin"),
+            dual_threshold=_gate(merged),
+            max_cache_size=merged.get("max_cache_size", DEFAULT_MAX_CACHE_SIZE),
+            full_determinism=merged.get("full_determinism", False),
+            tie_break=merged.get("tie_break", DEFAULT_TIE_BREAK),
+            hash_mode=merged.get("hash_mode", "caller"),
+            lease_accounting=merged.get("lease_accounting", False),
+        )
+        return BalancerOptions(
+            config=routing,
+            decision_log=_log_path(merged.get("decision_log")),
+            decision_log_max_bytes=_int_at_least(
+                "decision_log_max_bytes",
+                merged.get("decision_log_max_bytes", DEFAULT_DECISION_LOG_MAX_BYTES),
+                MIN_DECISION_LOG_BYTES,
+            ),
+            decision_log_backups=_int_at_least(
+                "decision_log_backups",
+                merged.get("decision_log_backups", DEFAULT_DECISION_LOG_BACKUPS),
+                0,
+            ),
+            seed=_seed(merged.get("seed")),
+        )
+    except ConfigError as exc:  # OptionError included: add the source once
+        message = str(exc)
+        if not message.startswith(f"{source}: "):
+            message = f"{source}: {message}"
+        raise OptionError(message) from None
