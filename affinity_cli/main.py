@@ -17,6 +17,7 @@ __all__ = ["SUBCOMMANDS", "build_parser", "main"]
 # name -> (module, one-line help). The module defines register(subparsers) and run(args).
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "verify": ("affinity_proofs.cli", "run the proof suite (Z3, model checking, CrossHair)"),
+    "serve": ("affinity_vllm.cli", "HTTP router in front of vLLM servers (session affinity)"),
 }
 
 

@@ -1,0 +1,166 @@
+"""``affinity serve``: command-line options of the vLLM router.
+
+Every option maps to one field of :class:`~affinity_vllm.options.RouterOptions`, which
+validates it; the error names the option, the value and the accepted range. aiohttp is
+imported only when the command runs, so ``affinity --help`` stays fast.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import sys
+
+import attrs
+
+from .options import OptionsError, RouterOptions, parse_margin
+
+__all__ = ["options_from_args", "register", "run"]
+
+EPILOG = """\
+example (two vLLM servers, sessions keyed by the x-session-id header):
+  affinity serve --backend http://127.0.0.1:8001 --backend http://127.0.0.1:8002 \\
+      --margin 2 --port 8080
+  curl -s localhost:8080/v1/completions -H 'x-session-id: conv-17' \\
+      -H 'content-type: application/json' -d '{"model": "m", "prompt": "hi"}'
+
+routes: POST /v1/completions, POST /v1/chat/completions (SSE streaming passed through),
+GET /v1/models, GET /metrics (Prometheus), GET /status (JSON), GET /health.
+"""
+
+
+def _margin(text: str) -> int | None:
+    try:
+        return parse_margin(text)
+    except OptionsError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def register(parser: argparse.ArgumentParser) -> None:
+    parser.formatter_class = argparse.RawDescriptionHelpFormatter
+    parser.description = (
+        "Route OpenAI-style requests to a fleet of vLLM servers with load-aware session "
+        "affinity. Every decision goes through affinity_core: acquire on arrival, release "
+        "when the response ends or fails.")
+    parser.epilog = EPILOG
+    d = attrs.fields(RouterOptions)  # defaults live in one place
+
+    route = parser.add_argument_group("routing")
+    route.add_argument("--backend", action="append", required=True, metavar="URL",
+                       help="base URL of a vLLM server, e.g. http://127.0.0.1:8000; repeat "
+                       "for each backend (required)")
+    route.add_argument("--margin", type=_margin, default=d.margin.default, metavar="N|none",
+                       help="affinity_break_margin: keep a session's pin while its backend's "
+                       "load <= least load + N; 'none' never breaks a pin (default: none)")
+    route.add_argument("--tie-break", choices=["first", "draw", "hashed"],
+                       default=d.tie_break.default,
+                       help="how to choose among equally loaded backends: first in pool "
+                       "order, a seeded random draw, or a hash of the session key "
+                       "(default: %(default)s)")
+    route.add_argument("--seed", type=int, default=d.seed.default,
+                       help="seed of the router's tie-draw RNG (default: %(default)s)")
+    route.add_argument("--full-determinism", action="store_true",
+                       help="place new sessions by a hash of the session key, ignoring load; "
+                       "requests without a key are refused with 400")
+    route.add_argument("--hash-mode", choices=["stable", "caller"],
+                       default=d.hash_mode.default,
+                       help="with --full-determinism: 'stable' indexes the sorted backends, "
+                       "'caller' the pool order, both by CRC-32 of the key "
+                       "(default: %(default)s)")
+    route.add_argument("--cache-size", type=int, default=d.cache_size.default,
+                       help="sticky map capacity (LRU, sessions) (default: %(default)s)")
+    route.add_argument("--no-lease-accounting", dest="lease_accounting",
+                       action="store_false",
+                       help="match releases to servers only, as verl does; by default a "
+                       "release is matched to its acquire, so requests that were in flight "
+                       "on a removed backend cannot undercount it after it is re-added")
+
+    sess = parser.add_argument_group("sessions")
+    sess.add_argument("--session-header", default=d.session_header.default, metavar="NAME",
+                      help="request header carrying the session key (default: %(default)s)")
+    sess.add_argument("--session-body-field", default=None, metavar="NAME",
+                      help="JSON body field to take the key from when the header is absent, "
+                      "e.g. 'user' (default: none). Requests without a key are routed "
+                      "least-loaded and never pinned")
+
+    net = parser.add_argument_group("server and limits")
+    net.add_argument("--host", default=d.host.default,
+                     help="bind address (default: %(default)s)")
+    net.add_argument("--port", type=int, default=d.port.default,
+                     help="bind port; 0 picks a free one (default: %(default)s)")
+    net.add_argument("--max-body-bytes", type=int, default=d.max_body_bytes.default,
+                     help="larger request bodies get 413 (default: %(default)s)")
+    net.add_argument("--max-header-bytes", type=int, default=d.max_header_bytes.default,
+                     help="longest accepted request line / header field; longer ones are "
+                     "refused with 400 (default: %(default)s)")
+    net.add_argument("--max-concurrency", type=int, default=d.max_concurrency.default,
+                     help="requests proxied at once; more get 503 (default: %(default)s)")
+    net.add_argument("--connect-timeout", type=float, default=d.connect_timeout.default,
+                     help="seconds to connect to a backend; on expiry the backend is removed "
+                     "and the request retried once elsewhere (default: %(default)s)")
+    net.add_argument("--upstream-timeout", type=float, default=d.upstream_timeout.default,
+                     help="seconds a backend may stay silent (before or between response "
+                     "chunks); on expiry it is removed from the pool (default: %(default)s)")
+
+    health = parser.add_argument_group("health and load")
+    health.add_argument("--health-interval", type=float, default=d.health_interval.default,
+                        help="seconds between GET /health rounds; failing backends are "
+                        "removed, recovered ones re-added (default: %(default)s)")
+    health.add_argument("--health-timeout", type=float, default=d.health_timeout.default,
+                        help="timeout of one health check or scrape (default: %(default)s)")
+    health.add_argument("--scrape-metrics", action="store_true",
+                        help="scrape each backend's /metrics and feed num_requests_running + "
+                        "num_requests_waiting to the core as ObserveLoads events")
+    health.add_argument("--scrape-interval", type=float, default=d.scrape_interval.default,
+                        help="seconds between scrapes (default: %(default)s)")
+
+    logs = parser.add_argument_group("decision log")
+    logs.add_argument("--decision-log", default=None, metavar="PATH",
+                      help="write every routing event as NDJSON for `affinity replay` "
+                      "(default: off)")
+    logs.add_argument("--decision-log-max-bytes", type=int,
+                      default=d.decision_log_max_bytes.default,
+                      help="rotate the decision log at this size; each file replays alone "
+                      "(default: %(default)s)")
+    parser.add_argument("--log-level", default="INFO",
+                        choices=["DEBUG", "INFO", "WARNING", "ERROR"],
+                        help="router log level (default: %(default)s)")
+    parser.set_defaults(run=run)
+
+
+def options_from_args(args: argparse.Namespace) -> RouterOptions:
+    return RouterOptions(
+        backends=tuple(args.backend), margin=args.margin, tie_break=args.tie_break,
+        seed=args.seed, full_determinism=args.full_determinism, hash_mode=args.hash_mode,
+        cache_size=args.cache_size, lease_accounting=args.lease_accounting,
+        session_header=args.session_header, session_body_field=args.session_body_field,
+        host=args.host, port=args.port, max_body_bytes=args.max_body_bytes,
+        max_header_bytes=args.max_header_bytes, max_concurrency=args.max_concurrency,
+        connect_timeout=args.connect_timeout, upstream_timeout=args.upstream_timeout,
+        health_interval=args.health_interval, health_timeout=args.health_timeout,
+        scrape_metrics=args.scrape_metrics, scrape_interval=args.scrape_interval,
+        decision_log=args.decision_log, decision_log_max_bytes=args.decision_log_max_bytes,
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        options = options_from_args(args)
+    except OptionsError as exc:
+        print(f"affinity serve: {exc}", file=sys.stderr)
+        return 2
+    logging.basicConfig(level=args.log_level,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    from .router import serve_forever
+
+    def ready(port: int) -> None:
+        print(f"affinity serve: listening on http://{options.host}:{port} "
+              f"({len(options.backends)} backends, margin {options.margin})", flush=True)
+
+    try:
+        asyncio.run(serve_forever(options, ready))
+    except OSError as exc:
+        print(f"affinity serve: {exc}", file=sys.stderr)
+        return 1
+    return 0

@@ -1,0 +1,149 @@
+"""What the router reports: the /metrics families and the /status view.
+
+Theory of operation
+-------------------
+Counters that only the HTTP layer knows (requests by route and status code, backend
+errors by kind, retries, client disconnects) are incremented where they happen. Values
+that the routing state already holds -- kept and broken counts, decisions per outcome,
+in-flight and external load per backend, pool membership -- are *read from the
+:class:`~affinity_vllm.routing.RoutingTable` at render time*, so /metrics can never drift
+from the state the core computed. The scraped vLLM gauges (running, waiting, KV-cache
+usage) are stored per backend by the monitor and reported as they were last read.
+
+Metric names (all prefixed ``affinity_router_``):
+
+* ``affinity_kept_total``, ``affinity_broken_total`` -- the core's counters;
+* ``decisions_total{outcome}`` -- acquires by path (new, kept, broken, reselected,
+  unkeyed) and rejections;
+* ``inflight{backend}``, ``external_load{backend}``, ``backend_up{backend}``;
+* ``backend_errors_total{backend,kind}`` -- refused, connect_timeout, timeout,
+  disconnected, mid_stream, health, scrape;
+* ``pool_changes_total{change}``, ``retries_total``, ``client_disconnects_total``;
+* ``requests_total{route,code}``;
+* ``routing_overhead_seconds`` -- histogram of the time from a request's arrival to the
+  moment it is handed to the backend (body parse, session key, core step), plus the
+  release step afterwards;
+* ``backend_num_requests_running``/``_waiting``/``_kv_cache_usage_perc{backend}`` --
+  the last scrape of each backend's vLLM gauges.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import attrs
+
+from .metrics import Registry
+from .routing import RoutingTable
+
+__all__ = ["BackendReport", "RouterMetrics"]
+
+OVERHEAD_BUCKETS = (
+    0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1,
+)
+_DECISION_OUTCOMES = ("new", "kept", "broken", "reselected", "unkeyed", "rejected")
+
+
+@attrs.define
+class BackendReport:
+    """The last scrape of one backend's vLLM gauges (None until scraped)."""
+
+    running: float | None = None
+    waiting: float | None = None
+    kv_cache_usage_perc: float | None = None
+    prefix_cache_queries: float | None = None
+    prefix_cache_hits: float | None = None
+    scraped_at: float | None = None  # time.monotonic() of the last good scrape
+
+
+class RouterMetrics:
+    def __init__(self, table: RoutingTable) -> None:
+        self.table = table
+        self.reports: dict[str, BackendReport] = {s: BackendReport() for s in table.servers}
+        r = self.registry = Registry()
+        p = "affinity_router_"
+        self._kept = r.counter(p + "affinity_kept_total",
+                               "sticky hits that kept their pin (core counter)")
+        self._broken = r.counter(p + "affinity_broken_total",
+                                 "sticky hits re-pinned by the margin rule (core counter)")
+        self._decisions = r.counter(p + "decisions_total",
+                                    "routing decisions by outcome", ["outcome"])
+        self._inflight = r.gauge(p + "inflight",
+                                 "requests this router has in flight per backend", ["backend"])
+        self._external = r.gauge(p + "external_load",
+                                 "load observed on a backend beyond this router's in-flight "
+                                 "requests (ObserveLoads)", ["backend"])
+        self._up = r.gauge(p + "backend_up", "1 if the backend is in the routing pool",
+                           ["backend"])
+        self.backend_errors = r.counter(p + "backend_errors_total",
+                                        "backend failures by kind", ["backend", "kind"])
+        self._pool_changes = r.counter(p + "pool_changes_total",
+                                       "backends removed from or re-added to the pool",
+                                       ["change"])
+        self.retries = r.counter(p + "retries_total",
+                                 "requests retried on another backend after a failure "
+                                 "before any byte was sent")
+        self.client_disconnects = r.counter(p + "client_disconnects_total",
+                                            "clients that went away before the response ended")
+        self.requests = r.counter(p + "requests_total", "HTTP requests by route and status",
+                                  ["route", "code"])
+        self.overhead = r.histogram(p + "routing_overhead_seconds",
+                                    "time the router adds per proxied request (parse, key, "
+                                    "core step, release), excluding the backend",
+                                    OVERHEAD_BUCKETS)
+        self._running = r.gauge(p + "backend_num_requests_running",
+                                "vllm:num_requests_running at the last scrape", ["backend"])
+        self._waiting = r.gauge(p + "backend_num_requests_waiting",
+                                "vllm:num_requests_waiting at the last scrape", ["backend"])
+        self._kv = r.gauge(p + "backend_kv_cache_usage_perc",
+                           "vllm:kv_cache_usage_perc at the last scrape", ["backend"])
+        self.retries.samples[()] = 0.0
+        self.client_disconnects.samples[()] = 0.0
+
+    def backend_error(self, backend: str, kind: str) -> None:
+        self.backend_errors.inc(backend, kind)
+
+    def _refresh(self) -> None:
+        """Copy the routing state's values into the families (called at render time)."""
+        table = self.table
+        self._kept.set(value=table.state.affinity_kept)
+        self._broken.set(value=table.state.affinity_broken)
+        for outcome in _DECISION_OUTCOMES:
+            self._decisions.set(outcome, value=table.decisions.get(outcome, 0))
+        for change, count in table.pool_changes.items():
+            self._pool_changes.set(change, value=count)
+        for sid in table.servers:
+            self._inflight.set(sid, value=table.inflight(sid))
+            self._external.set(sid, value=table.external(sid))
+            self._up.set(sid, value=1 if table.is_active(sid) else 0)
+            report = self.reports[sid]
+            for family, value in ((self._running, report.running),
+                                  (self._waiting, report.waiting),
+                                  (self._kv, report.kv_cache_usage_perc)):
+                if value is None:
+                    family.remove(sid)
+                else:
+                    family.set(sid, value=value)
+
+    def render(self) -> str:
+        self._refresh()
+        return self.registry.render()
+
+    def status(self) -> dict[str, Any]:
+        """get_status's view (the core's ``status``) plus per-backend detail."""
+        out = self.table.status()
+        backends: dict[str, Any] = {}
+        for sid in self.table.servers:
+            report = self.reports[sid]
+            backends[sid] = {
+                "active": self.table.is_active(sid),
+                "inflight": self.table.inflight(sid),
+                "external_load": self.table.external(sid),
+                "num_requests_running": report.running,
+                "num_requests_waiting": report.waiting,
+                "kv_cache_usage_perc": report.kv_cache_usage_perc,
+                "errors": {kind: int(n) for (b, kind), n in self.backend_errors.samples.items()
+                           if b == sid},
+            }
+        out["backends"] = backends
+        return out

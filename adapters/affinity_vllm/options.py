@@ -1,0 +1,153 @@
+"""Router options: one validated, immutable value built from the CLI or from code.
+
+Theory of operation
+-------------------
+:class:`RouterOptions` gathers everything ``affinity serve`` accepts. It is validated
+when built (like :class:`affinity_core.Config`): a bad value raises
+:class:`OptionsError` naming the option, the value and the accepted range, before any
+socket is opened. :meth:`RouterOptions.core_config` derives the core configuration;
+the routing semantics themselves are not duplicated here.
+
+Backends are identified by their normalised base URL (``http://host:port``, no trailing
+slash); that string is the core's server id, the ``backend`` label in /metrics and the
+key in /status.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+from urllib.parse import urlsplit
+
+import attrs
+
+from affinity_core import Config, ConfigError, validate_margin
+
+__all__ = ["OptionsError", "RouterOptions", "normalise_backend_url", "parse_margin"]
+
+
+class OptionsError(ValueError):
+    """A router option is outside its accepted range."""
+
+
+def normalise_backend_url(url: str) -> str:
+    """``http://host:port`` with no path; raises :class:`OptionsError` otherwise."""
+    text = url.strip().rstrip("/")
+    parts = urlsplit(text)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise OptionsError(
+            f"backend must be an http(s) base URL such as http://127.0.0.1:8000, got {url!r}"
+        )
+    if parts.path or parts.query or parts.fragment:
+        raise OptionsError(f"backend URL must not have a path or query, got {url!r}")
+    try:
+        port = parts.port
+    except ValueError:
+        raise OptionsError(f"backend URL has an invalid port: {url!r}") from None
+    host = parts.hostname if ":" not in parts.hostname else f"[{parts.hostname}]"
+    return f"{parts.scheme}://{host}" + (f":{port}" if port is not None else "")
+
+
+def parse_margin(text: str) -> int | None:
+    """``none`` (never break a pin) or an integer >= 0."""
+    if text.strip().lower() in ("none", "null"):
+        return None
+    try:
+        value = int(text)
+    except ValueError:
+        raise OptionsError(f"margin must be 'none' or an integer >= 0, got {text!r}") from None
+    try:
+        return validate_margin(value, "margin")
+    except ConfigError as exc:
+        raise OptionsError(str(exc)) from None
+
+
+def _backends(value: Any) -> tuple[str, ...]:
+    if isinstance(value, str) or not isinstance(value, (list, tuple)):
+        raise OptionsError(f"backends must be a list of URLs, got {value!r}")
+    urls = tuple(normalise_backend_url(v) for v in value)
+    if not urls:
+        raise OptionsError("at least one backend is required (--backend URL)")
+    dupes = sorted({u for u in urls if urls.count(u) > 1})
+    if dupes:
+        raise OptionsError(f"backends must be distinct, got duplicates {dupes}")
+    return urls
+
+
+def _in_range(name: str, low: float, high: float, integral: bool = False) -> Any:
+    def check(_inst: Any, _attr: Any, value: Any) -> None:
+        ok_type = isinstance(value, int) if integral else isinstance(value, (int, float))
+        if isinstance(value, bool) or not ok_type or not (low <= value <= high) or (
+            isinstance(value, float) and math.isnan(value)
+        ):
+            kind = "an integer" if integral else "a number"
+            raise OptionsError(f"{name} must be {kind} in [{low:g}, {high:g}], got {value!r}")
+
+    return check
+
+
+def _header_name(_inst: Any, _attr: Any, value: Any) -> None:
+    ok = isinstance(value, str) and value != "" and all(
+        c.isalnum() or c in "-_" for c in value
+    )
+    if not ok:
+        raise OptionsError(f"session_header must be an HTTP header name, got {value!r}")
+
+
+def _optional_field(_inst: Any, _attr: Any, value: Any) -> None:
+    if value is not None and (not isinstance(value, str) or value == ""):
+        raise OptionsError(f"session_body_field must be a non-empty field name, got {value!r}")
+
+
+@attrs.frozen(kw_only=True)
+class RouterOptions:
+    """Validated options of ``affinity serve`` (see ``affinity serve --help``)."""
+
+    backends: tuple[str, ...] = attrs.field(converter=_backends)
+    margin: int | None = None
+    tie_break: str = "draw"
+    full_determinism: bool = False
+    hash_mode: str = "stable"
+    cache_size: int = attrs.field(default=10000, validator=_in_range("cache_size", 1, 10**9, True))
+    lease_accounting: bool = True
+    seed: int = attrs.field(default=0, validator=_in_range("seed", 0, 2**63 - 1, True))
+    host: str = "127.0.0.1"
+    port: int = attrs.field(default=8080, validator=_in_range("port", 0, 65535, True))
+    session_header: str = attrs.field(default="x-session-id", validator=_header_name)
+    session_body_field: str | None = attrs.field(default=None, validator=_optional_field)
+    max_body_bytes: int = attrs.field(
+        default=8 << 20, validator=_in_range("max_body_bytes", 1024, 1 << 31, True))
+    max_header_bytes: int = attrs.field(
+        default=8190, validator=_in_range("max_header_bytes", 256, 1 << 20, True))
+    max_concurrency: int = attrs.field(
+        default=4096, validator=_in_range("max_concurrency", 1, 10**6, True))
+    connect_timeout: float = attrs.field(
+        default=3.0, validator=_in_range("connect_timeout", 0.01, 3600))
+    upstream_timeout: float = attrs.field(
+        default=600.0, validator=_in_range("upstream_timeout", 0.01, 86400))
+    health_interval: float = attrs.field(
+        default=5.0, validator=_in_range("health_interval", 0.01, 3600))
+    health_timeout: float = attrs.field(
+        default=2.0, validator=_in_range("health_timeout", 0.01, 3600))
+    scrape_metrics: bool = False
+    scrape_interval: float = attrs.field(
+        default=1.0, validator=_in_range("scrape_interval", 0.01, 3600))
+    decision_log: str | None = None
+    decision_log_max_bytes: int = attrs.field(
+        default=64 << 20, validator=_in_range("decision_log_max_bytes", 4096, 1 << 40, True))
+
+    def __attrs_post_init__(self) -> None:
+        self.core_config()  # margin, tie_break, hash_mode: fail now, in the core's words
+
+    def core_config(self) -> Config:
+        try:
+            return Config(
+                affinity_break_margin=self.margin,
+                max_cache_size=self.cache_size,
+                tie_break=self.tie_break,
+                full_determinism=self.full_determinism,
+                hash_mode=self.hash_mode,
+                lease_accounting=self.lease_accounting,
+            )
+        except ConfigError as exc:
+            raise OptionsError(str(exc)) from None

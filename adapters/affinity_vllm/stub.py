@@ -1,0 +1,420 @@
+"""An in-repo fake vLLM server for the fast test tier (``python -m affinity_vllm.stub``).
+
+Theory of operation
+-------------------
+The stub speaks the part of vLLM's OpenAI API that a router touches -- ``POST
+/v1/completions`` (text or token-id prompts, also batched), ``POST
+/v1/chat/completions``, SSE streaming for both, ``GET /v1/models``, ``GET /health`` --
+and exposes ``GET /metrics`` with vLLM 0.32's metric names, so routing, stickiness,
+streaming, faults and load scraping can be tested in seconds without a model.
+
+**Prefix cache.** :class:`BlockPrefixCache` models vLLM's automatic prefix caching: a
+prompt is cut into full blocks of ``block_size`` tokens; block ``i`` is identified by a
+hash chained over blocks ``0..i``, so a block only matches after an identical prefix.
+A request hits the longest run of leading blocks present in the cache -- at most
+``(len - 1) // block_size`` blocks, because the last prompt token is always computed,
+as in vLLM -- then all its full blocks are inserted or refreshed, and the least recently
+used blocks beyond ``cache_blocks`` are evicted. ``vllm:prefix_cache_queries_total``
+counts prompt tokens and ``vllm:prefix_cache_hits_total`` hit tokens, like vLLM's.
+Text is tokenised as its UTF-8 bytes; chat messages as ``role\\ncontent\\n`` each.
+
+**Load.** At most ``max_num_seqs`` requests run at once; the others wait on a
+semaphore. ``vllm:num_requests_running`` / ``waiting`` report those two numbers plus
+``phantom_running`` (load from "other clients", which tests set to exercise the
+router's ``ObserveLoads`` path). A request takes ``delay + prefill_delay *
+uncached_tokens`` before its first token and ``token_delay`` per generated token.
+
+**Faults** (:meth:`StubServer.set_fault`, or ``POST /_stub/fault {"mode": ...}``):
+``refuse`` closes the listening socket and all connections (connections are refused
+until ``accept``), ``hang`` makes every route wait until the fault is cleared,
+``die_mid_stream`` aborts the connection after ``die_after_chunks`` chunks of a
+streaming response (or half a non-streaming body), ``error`` answers 500.
+
+Output is deterministic: generated token ``i`` is a function of the prompt and ``i``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import time
+from collections import OrderedDict
+from collections.abc import Sequence
+from typing import Any
+
+import attrs
+from aiohttp import web
+
+__all__ = ["FAULT_MODES", "BlockPrefixCache", "StubOptions", "StubServer", "main"]
+
+FAULT_MODES = ("none", "refuse", "hang", "die_mid_stream", "error")
+
+
+class BlockPrefixCache:
+    """A block-granular LRU prefix cache with chained block hashes."""
+
+    def __init__(self, block_size: int, capacity_blocks: int) -> None:
+        if block_size < 1 or capacity_blocks < 1:
+            raise ValueError(f"block_size and capacity_blocks must be >= 1, got "
+                             f"{block_size}, {capacity_blocks}")
+        self.block_size = block_size
+        self.capacity = capacity_blocks
+        self._blocks: OrderedDict[int, None] = OrderedDict()
+        self.queries = 0
+        self.hits = 0
+
+    def _chain(self, tokens: Sequence[int]) -> list[int]:
+        hashes: list[int] = []
+        previous = 0
+        size = self.block_size
+        for start in range(0, len(tokens) - size + 1, size):
+            previous = hash((previous, *tokens[start:start + size]))
+            hashes.append(previous)
+        return hashes
+
+    def admit(self, tokens: Sequence[int]) -> int:
+        """Look the prompt up, count it, insert its blocks; returns the hit tokens."""
+        chain = self._chain(tokens)
+        usable = max(0, (len(tokens) - 1) // self.block_size)
+        hit_blocks = 0
+        for block in chain[:usable]:
+            if block not in self._blocks:
+                break
+            hit_blocks += 1
+        for block in chain:
+            self._blocks[block] = None
+            self._blocks.move_to_end(block)
+        while len(self._blocks) > self.capacity:
+            self._blocks.popitem(last=False)
+        hit_tokens = hit_blocks * self.block_size
+        self.queries += len(tokens)
+        self.hits += hit_tokens
+        return hit_tokens
+
+    def __len__(self) -> int:
+        return len(self._blocks)
+
+
+@attrs.define
+class StubOptions:
+    name: str = "stub"
+    model: str = "tiny"
+    block_size: int = 16
+    cache_blocks: int = 256
+    max_num_seqs: int = 8
+    delay: float = 0.0  # seconds before the first token
+    prefill_delay: float = 0.0  # extra seconds per uncached prompt token
+    token_delay: float = 0.0  # seconds per generated token
+    die_after_chunks: int = 2
+    log_path: str | None = None
+
+
+def _tokens_of_text(text: str) -> list[int]:
+    return list(text.encode("utf-8"))
+
+
+def _chat_tokens(messages: object) -> list[int]:
+    if not isinstance(messages, list) or not messages:
+        raise ValueError("messages must be a non-empty list")
+    text = []
+    for message in messages:
+        if not isinstance(message, dict) or not isinstance(message.get("content"), str):
+            raise ValueError("each message needs a string 'content'")
+        text.append(f"{message.get('role', 'user')}\n{message['content']}\n")
+    return _tokens_of_text("".join(text))
+
+
+def _prompts(prompt: object) -> list[list[int]]:
+    """A completion ``prompt``: text, token ids, or a batch of either."""
+    if isinstance(prompt, str):
+        return [_tokens_of_text(prompt)]
+    if isinstance(prompt, list) and prompt and all(
+            isinstance(t, int) and not isinstance(t, bool) for t in prompt):
+        return [list(prompt)]
+    if isinstance(prompt, list) and prompt:
+        return [p for item in prompt for p in _prompts(item)]
+    raise ValueError("prompt must be a string, a list of token ids, or a batch of those")
+
+
+class StubServer:
+    def __init__(self, options: StubOptions | None = None) -> None:
+        self.options = options or StubOptions()
+        self.cache = BlockPrefixCache(self.options.block_size, self.options.cache_blocks)
+        self.fault = "none"
+        self._unhang = asyncio.Event()
+        self._slots = asyncio.Semaphore(self.options.max_num_seqs)
+        self.running = 0
+        self.waiting = 0
+        self.phantom_running = 0
+        self.completed = 0
+        self.generated_tokens = 0
+        self.requests: list[dict[str, Any]] = []  # one record per generate request
+        self._runner: web.AppRunner | None = None
+        self._site: web.TCPSite | None = None
+        self.host = "127.0.0.1"
+        self.port = 0
+        self._counter = 0
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+    # -------------------------------------------------------------- lifecycle
+    def _app(self) -> web.Application:
+        app = web.Application(client_max_size=64 << 20)
+        app.router.add_post("/v1/completions", self._completions)
+        app.router.add_post("/v1/chat/completions", self._chat)
+        app.router.add_get("/v1/models", self._models)
+        app.router.add_get("/health", self._health)
+        app.router.add_get("/metrics", self._metrics)
+        app.router.add_post("/_stub/fault", self._set_fault_http)
+        return app
+
+    async def start(self, host: str = "127.0.0.1", port: int = 0) -> int:
+        self.host = host
+        self._runner = web.AppRunner(self._app(), access_log=None, shutdown_timeout=0.1)
+        await self._runner.setup()
+        await self._listen(port)
+        return self.port
+
+    async def _listen(self, port: int) -> None:
+        assert self._runner is not None
+        self._site = web.TCPSite(self._runner, self.host, port, reuse_address=True)
+        await self._site.start()
+        self.port = int(self._runner.addresses[-1][1])
+
+    async def stop(self) -> None:
+        self._unhang.set()
+        if self._runner is not None:
+            await self._runner.cleanup()
+            self._runner = None
+
+    async def set_fault(self, mode: str) -> None:
+        if mode not in FAULT_MODES:
+            raise ValueError(f"fault mode must be one of {FAULT_MODES}, got {mode!r}")
+        previous, self.fault = self.fault, mode
+        if mode == "refuse" and previous != "refuse" and self._runner is not None:
+            # Stop the whole runner (listener and open keep-alive connections), so new
+            # connections are refused; keep the port number to listen on it again.
+            self._unhang.set()
+            await self._runner.cleanup()
+            self._runner = None
+        if previous == "refuse" and mode != "refuse":
+            self._runner = web.AppRunner(self._app(), access_log=None, shutdown_timeout=0.1)
+            await self._runner.setup()
+            await self._listen(self.port)
+        if mode == "hang":
+            self._unhang = asyncio.Event()
+        else:
+            self._unhang.set()
+
+    # --------------------------------------------------------------- handlers
+    async def _gate(self) -> None:
+        if self.fault == "hang":
+            await self._unhang.wait()
+
+    async def _set_fault_http(self, request: web.Request) -> web.Response:
+        body = await request.json()
+        mode = body.get("mode") if isinstance(body, dict) else None
+        if mode not in FAULT_MODES or mode == "refuse":
+            # "refuse" would close this very connection; it is in-process only.
+            return web.json_response({"error": f"mode must be one of {FAULT_MODES[:1]}"
+                                      f" + {FAULT_MODES[2:]}"}, status=400)
+        await self.set_fault(str(mode))
+        return web.json_response({"fault": self.fault})
+
+    async def _health(self, request: web.Request) -> web.Response:
+        await self._gate()
+        return web.Response(status=200)
+
+    async def _models(self, request: web.Request) -> web.Response:
+        await self._gate()
+        return web.json_response({"object": "list", "data": [
+            {"id": self.options.model, "object": "model", "owned_by": "affinity-stub",
+             "max_model_len": 4096}]})
+
+    async def _metrics(self, request: web.Request) -> web.Response:
+        await self._gate()
+        labels = f'{{engine="0",model_name="{self.options.model}"}}'
+        used = min(1.0, self.running * 2 / self.cache.capacity)
+        lines = []
+        for name, kind, value in (
+            ("vllm:num_requests_running", "gauge", self.running + self.phantom_running),
+            ("vllm:num_requests_waiting", "gauge", self.waiting),
+            ("vllm:kv_cache_usage_perc", "gauge", used),
+            ("vllm:prefix_cache_queries_total", "counter", self.cache.queries),
+            ("vllm:prefix_cache_hits_total", "counter", self.cache.hits),
+            ("vllm:request_success_total", "counter", self.completed),
+            ("vllm:generation_tokens_total", "counter", self.generated_tokens),
+        ):
+            lines += [f"# TYPE {name} {kind}", f"{name}{labels} {float(value)}"]
+        return web.Response(text="\n".join(lines) + "\n", content_type="text/plain")
+
+    async def _completions(self, request: web.Request) -> web.StreamResponse:
+        return await self._generate(request, chat=False)
+
+    async def _chat(self, request: web.Request) -> web.StreamResponse:
+        return await self._generate(request, chat=True)
+
+    async def _generate(self, request: web.Request, chat: bool) -> web.StreamResponse:
+        await self._gate()
+        try:
+            body = await request.json()
+            if not isinstance(body, dict):
+                raise ValueError("body must be a JSON object")
+            prompts = [_chat_tokens(body.get("messages"))] if chat else _prompts(
+                body.get("prompt"))
+            max_tokens = int(body.get("max_tokens") or 16)
+        except (ValueError, TypeError) as exc:
+            return web.json_response({"error": {"message": str(exc), "type": "BadRequestError",
+                                                "code": 400}}, status=400)
+        if self.fault == "error":
+            return web.json_response({"error": {"message": "injected fault",
+                                                "type": "InternalServerError", "code": 500}},
+                                     status=500)
+        self.waiting += 1
+        try:
+            await self._slots.acquire()
+        finally:
+            self.waiting -= 1
+        self.running += 1
+        try:
+            return await self._run(request, body, prompts, max_tokens, chat)
+        finally:
+            self.running -= 1
+            self._slots.release()
+
+    async def _run(self, request: web.Request, body: dict[str, Any], prompts: list[list[int]],
+                   max_tokens: int, chat: bool) -> web.StreamResponse:
+        hits = [self.cache.admit(p) for p in prompts]
+        uncached = sum(len(p) - h for p, h in zip(prompts, hits, strict=True))
+        self._record(request, body, prompts, hits)
+        await asyncio.sleep(self.options.delay + self.options.prefill_delay * uncached)
+        outputs = [[(sum(p) + 7919 * i) % 1000 for i in range(max_tokens)] for p in prompts]
+        self._counter += 1
+        rid = f"{'chatcmpl' if chat else 'cmpl'}-{self.options.name}-{self._counter}"
+        usage = {"prompt_tokens": sum(map(len, prompts)),
+                 "completion_tokens": max_tokens * len(prompts),
+                 "total_tokens": sum(map(len, prompts)) + max_tokens * len(prompts),
+                 "prompt_tokens_details": {"cached_tokens": sum(hits)}}
+        if body.get("stream"):
+            return await self._stream(request, rid, outputs, chat, usage)
+        await asyncio.sleep(self.options.token_delay * max_tokens)
+        choices = [self._choice(i, out, chat, body) for i, out in enumerate(outputs)]
+        payload = {"id": rid, "object": "chat.completion" if chat else "text_completion",
+                   "created": int(time.time()), "model": self.options.model,
+                   "choices": choices, "usage": usage, "backend": self.options.name}
+        self._finish(outputs)
+        data = json.dumps(payload).encode()
+        if self.fault == "die_mid_stream":
+            response = web.StreamResponse(headers={"Content-Type": "application/json"})
+            response.content_length = len(data)
+            await response.prepare(request)
+            await response.write(data[: len(data) // 2])
+            self._abort(request)
+            return response
+        return web.Response(body=data, content_type="application/json")
+
+    def _choice(self, index: int, out: list[int], chat: bool, body: dict[str, Any]
+                ) -> dict[str, Any]:
+        text = "".join(f" t{t}" for t in out)
+        if chat:
+            return {"index": index, "message": {"role": "assistant", "content": text},
+                    "finish_reason": "length"}
+        choice: dict[str, Any] = {"index": index, "text": text, "logprobs": None,
+                                  "finish_reason": "length"}
+        if body.get("return_token_ids"):
+            choice["token_ids"] = out
+        return choice
+
+    async def _stream(self, request: web.Request, rid: str, outputs: list[list[int]],
+                      chat: bool, usage: dict[str, Any]) -> web.StreamResponse:
+        response = web.StreamResponse(headers={"Content-Type": "text/event-stream",
+                                               "Cache-Control": "no-cache"})
+        await response.prepare(request)
+        kind = "chat.completion.chunk" if chat else "text_completion"
+        sent = 0
+        for position in range(max(map(len, outputs))):
+            for index, out in enumerate(outputs):
+                if position >= len(out):
+                    continue
+                piece = f" t{out[position]}"
+                choice: dict[str, Any] = (
+                    {"index": index, "delta": {"content": piece}, "finish_reason": None}
+                    if chat else {"index": index, "text": piece, "finish_reason": None})
+                chunk = {"id": rid, "object": kind, "model": self.options.model,
+                         "choices": [choice], "backend": self.options.name}
+                await response.write(f"data: {json.dumps(chunk)}\n\n".encode())
+                sent += 1
+                if self.fault == "die_mid_stream" and sent >= self.options.die_after_chunks:
+                    self._abort(request)
+                    return response
+            await asyncio.sleep(self.options.token_delay)
+        final = {"id": rid, "object": kind, "model": self.options.model, "choices": [],
+                 "usage": usage, "backend": self.options.name}
+        await response.write(f"data: {json.dumps(final)}\n\n".encode())
+        await response.write(b"data: [DONE]\n\n")
+        self._finish(outputs)
+        await response.write_eof()
+        return response
+
+    def _abort(self, request: web.Request) -> None:
+        transport = request.transport
+        if transport is not None:
+            transport.abort()  # RST, no orderly chunked terminator: the client sees a cut
+
+    def _finish(self, outputs: list[list[int]]) -> None:
+        self.completed += len(outputs)
+        self.generated_tokens += sum(map(len, outputs))
+
+    def _record(self, request: web.Request, body: dict[str, Any], prompts: list[list[int]],
+                hits: list[int]) -> None:
+        record = {"backend": self.options.name, "path": request.path,
+                  "headers": {k.lower(): v for k, v in request.headers.items()
+                              if k.lower().startswith("x-")},
+                  "user": body.get("user"), "prompt_tokens": sum(map(len, prompts)),
+                  "hit_tokens": sum(hits), "stream": bool(body.get("stream"))}
+        self.requests.append(record)
+        if self.options.log_path:
+            with open(self.options.log_path, "a", encoding="utf-8") as handle:
+                handle.write(json.dumps(record) + "\n")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m affinity_vllm.stub",
+                                     description="fake vLLM server for tests")
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=0)
+    parser.add_argument("--name", default="stub")
+    parser.add_argument("--model", default="tiny")
+    parser.add_argument("--block-size", type=int, default=16)
+    parser.add_argument("--cache-blocks", type=int, default=256)
+    parser.add_argument("--max-num-seqs", type=int, default=8)
+    parser.add_argument("--delay", type=float, default=0.0)
+    parser.add_argument("--prefill-delay", type=float, default=0.0)
+    parser.add_argument("--token-delay", type=float, default=0.0)
+    parser.add_argument("--log", default=None)
+    args = parser.parse_args(argv)
+    options = StubOptions(
+        name=args.name, model=args.model, block_size=args.block_size,
+        cache_blocks=args.cache_blocks, max_num_seqs=args.max_num_seqs, delay=args.delay,
+        prefill_delay=args.prefill_delay, token_delay=args.token_delay, log_path=args.log)
+
+    async def run() -> None:
+        stub = StubServer(options)
+        port = await stub.start(args.host, args.port)
+        print(f"ready {port}", flush=True)
+        try:
+            await asyncio.Event().wait()
+        finally:
+            await stub.stop()
+
+    with contextlib.suppress(KeyboardInterrupt):
+        asyncio.run(run())
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
