@@ -18,6 +18,13 @@ __all__ = ["SUBCOMMANDS", "build_parser", "main"]
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "verify": ("affinity_proofs.cli", "run the proof suite (Z3, model checking, CrossHair)"),
     "serve": ("affinity_vllm.cli", "HTTP router in front of vLLM servers (session affinity)"),
+    "simulate": ("affinity_sim.cli", "simulate rollout steps and compare routing policies"),
+    "check": ("affinity_conformance.cli_check",
+              "check a balancer class (module:Class) against the spec and vectors"),
+    "replay": ("affinity_conformance.cli_replay",
+               "validate NDJSON decision logs against the spec"),
+    "vectors": ("affinity_conformance.cli_vectors",
+                "generate or verify the conformance vectors in spec/vectors/"),
 }
 
 

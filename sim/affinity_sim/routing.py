@@ -1,0 +1,208 @@
+"""Routing policies and the balancer the simulator talks to: the real ``affinity_core``.
+
+Theory of operation
+-------------------
+A policy is a name plus the ``affinity_core.Config`` it stands for; the simulator never
+decides a route itself. :class:`Balancer` holds one core ``State`` and turns the
+simulator's calls into core events, exactly as an adapter does:
+
+* a turn's acquire is ``step(config, state, Acquire(request_id=<trajectory id>,
+  tie_draw=<draw>))``. The trajectory id is reused across turns (verl's ToolAgentLoop),
+  which is where sticky hits come from. ``tie_draw`` comes from the simulation's seeded
+  RNG, standing in for verl 0.9.1's ``random.choice`` among tied minima;
+* least-loaded without stickiness sends ``Acquire(request_id=None)`` (unkeyed);
+* a release is ``Release(server_id=...)``, delivered when the simulator says (verl sends
+  it fire-and-forget, so it can reach the balancer after the session's next acquire).
+
+Built-in policy names (:func:`parse_policy`):
+
+* ``legacy`` (alias ``null``): margin null, verl's behaviour -- the paired baseline;
+* ``margin-N``: PR #7435, ``affinity_break_margin=N``;
+* ``dual-ABS`` or ``dual-ABS-REL``: PR #6533's gate, ``DualThreshold(ABS, REL)``, REL
+  defaulting to 3/2;
+* ``least-loaded``: unkeyed requests, no stickiness.
+
+Users add a policy with a table naming any core ``Config`` fields, e.g.
+``{name = "m3", affinity_break_margin = 3}``; the core validates it.
+"""
+
+from __future__ import annotations
+
+import random
+import re
+from collections.abc import Iterable, Mapping
+from fractions import Fraction
+from typing import Any
+
+import attrs
+
+from affinity_core import (
+    Acquire,
+    Acquired,
+    Config,
+    ConfigError,
+    DualThreshold,
+    Path,
+    Release,
+    Released,
+    ReleaseResult,
+    initial_state,
+    step,
+)
+
+__all__ = [
+    "BASELINE",
+    "DEFAULT_POLICIES",
+    "Balancer",
+    "PolicyError",
+    "PolicySpec",
+    "parse_policies",
+    "parse_policy",
+]
+
+BASELINE = "legacy"
+DEFAULT_POLICIES = (
+    "legacy", "margin-0", "margin-1", "margin-2", "margin-4", "margin-8",
+    "dual-4", "dual-8", "dual-64", "least-loaded",
+)
+_NAME_FORMS = "legacy, null, margin-N, dual-ABS, dual-ABS-REL, least-loaded, or a table"
+_TABLE_KEYS = {"name", "affinity_break_margin", "balance_abs_threshold",
+               "balance_rel_threshold", "tie_break", "sticky", "max_cache_size"}
+
+
+class PolicyError(ValueError):
+    """A policy name or table is not understood or not valid for the core."""
+
+
+@attrs.frozen(kw_only=True)
+class PolicySpec:
+    """A routing policy: the core ``Config`` fields it sets and whether it is sticky."""
+
+    name: str
+    affinity_break_margin: int | None = None
+    balance_abs_threshold: int | None = None
+    balance_rel_threshold: Fraction = Fraction(3, 2)
+    tie_break: str | None = None  # None: the workload's tie_break
+    sticky: bool = True
+    max_cache_size: int = 10000
+
+    def config(self, default_tie_break: str = "draw") -> Config:
+        gate = None
+        if self.balance_abs_threshold is not None:
+            gate = DualThreshold(self.balance_abs_threshold, self.balance_rel_threshold)
+        return Config(
+            affinity_break_margin=self.affinity_break_margin,
+            dual_threshold=gate,
+            max_cache_size=self.max_cache_size,
+            tie_break=self.tie_break or default_tie_break,
+        )
+
+    def describe(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "affinity_break_margin": self.affinity_break_margin,
+            "balance_abs_threshold": self.balance_abs_threshold,
+            "balance_rel_threshold": str(self.balance_rel_threshold)
+            if self.balance_abs_threshold is not None else None,
+            "tie_break": self.tie_break,
+            "sticky": self.sticky,
+        }
+
+
+def _from_name(name: str) -> PolicySpec:
+    if name in ("legacy", "null"):
+        return PolicySpec(name=name)
+    if name == "least-loaded":
+        return PolicySpec(name=name, sticky=False)
+    match = re.fullmatch(r"margin-(\d+)", name)
+    if match:
+        return PolicySpec(name=name, affinity_break_margin=int(match.group(1)))
+    match = re.fullmatch(r"dual-(\d+)(?:-(\d+(?:\.\d+)?))?", name)
+    if match:
+        rel = Fraction(match.group(2)) if match.group(2) else Fraction(3, 2)
+        return PolicySpec(name=name, balance_abs_threshold=int(match.group(1)),
+                          balance_rel_threshold=rel)
+    raise PolicyError(f"unknown policy {name!r}; accepted: {_NAME_FORMS}")
+
+
+def _from_table(table: Mapping[str, Any]) -> PolicySpec:
+    unknown = set(table) - _TABLE_KEYS
+    if unknown:
+        raise PolicyError(
+            f"policy table has unknown keys {sorted(unknown)}; accepted: {sorted(_TABLE_KEYS)}"
+        )
+    name = table.get("name")
+    if not isinstance(name, str) or not name:
+        raise PolicyError(f"a policy table needs a non-empty string 'name', got {name!r}")
+    fields = {k: v for k, v in table.items() if k != "name"}
+    if "balance_rel_threshold" in fields:
+        rel = fields["balance_rel_threshold"]
+        fields["balance_rel_threshold"] = Fraction(str(rel)) if isinstance(rel, float) else rel
+    sticky = fields.get("sticky", True)
+    if not isinstance(sticky, bool):
+        raise PolicyError(f"policy {name!r}: sticky must be true or false, got {sticky!r}")
+    return PolicySpec(name=name, **fields)
+
+
+def parse_policy(spec: str | Mapping[str, Any] | PolicySpec) -> PolicySpec:
+    """A name or a table -> a validated :class:`PolicySpec` (the core checks the config)."""
+    if isinstance(spec, PolicySpec):
+        policy = spec
+    elif isinstance(spec, str):
+        policy = _from_name(spec.strip())
+    elif isinstance(spec, Mapping):
+        policy = _from_table(spec)
+    else:
+        raise PolicyError(f"a policy is a name or a table, got {spec!r}; accepted: {_NAME_FORMS}")
+    try:
+        policy.config()
+    except (ConfigError, TypeError) as exc:
+        raise PolicyError(f"policy {policy.name!r}: {exc}") from None
+    return policy
+
+
+def parse_policies(specs: Iterable[str | Mapping[str, Any] | PolicySpec]) -> list[PolicySpec]:
+    """Parse a policy list; the baseline ``legacy`` is added first if missing."""
+    policies = [parse_policy(s) for s in specs]
+    names = [p.name for p in policies]
+    duplicates = sorted({n for n in names if names.count(n) > 1})
+    if duplicates:
+        raise PolicyError(f"duplicate policy names: {duplicates}")
+    if BASELINE not in names:
+        policies.insert(0, parse_policy(BASELINE))
+    return policies
+
+
+class Balancer:
+    """One balancer over ``servers``: a core ``State`` advanced by ``step``."""
+
+    def __init__(self, config: Config, servers: list[str], sticky: bool,
+                 rng: random.Random) -> None:
+        self.config = config
+        self.state = initial_state(config, servers)
+        self.sticky = sticky
+        self.rng = rng
+        self.paths: dict[Path, int] = dict.fromkeys(Path, 0)
+        self.ignored_releases = 0
+
+    def acquire(self, request_id: str) -> str:
+        event = Acquire(request_id=request_id if self.sticky else None,
+                        tie_draw=self.rng.getrandbits(31))
+        transition = step(self.config, self.state, event)
+        outcome = transition.outcome
+        if not isinstance(outcome, Acquired):
+            raise RuntimeError(f"the core rejected {event!r}: {outcome!r}")
+        self.state = transition.state
+        self.paths[outcome.path] += 1
+        return outcome.server_id
+
+    def release(self, server_id: str) -> None:
+        transition = step(self.config, self.state, Release(server_id=server_id))
+        self.state = transition.state
+        outcome = transition.outcome
+        assert isinstance(outcome, Released)
+        if outcome.result is not ReleaseResult.APPLIED:
+            self.ignored_releases += 1
+
+    def load(self, server_id: str) -> int:
+        return self.state.pool.load(server_id)

@@ -1,0 +1,183 @@
+"""One rollout generation step: trajectories, replicas and the core balancer on simpy.
+
+Theory of operation
+-------------------
+:func:`simulate_step` replays the trajectories of :func:`~affinity_sim.workload.plan_step`
+against ``workload.replicas`` :class:`~affinity_sim.replica.Replica` processes, routing
+every turn through a :class:`~affinity_sim.routing.Balancer` (the real core).
+
+Each trajectory is a simpy process, launched at t = 0 in plan order (verl's agent loop
+starts the whole batch at once). For every turn it:
+
+1. waits ``acquire_latency_s`` (the awaited ``acquire_server`` RPC), then acquires: the
+   balancer's state changes at that instant;
+2. submits the turn to the chosen replica and waits for its last token;
+3. schedules the release ``release_delay_s`` later *without waiting for it* -- verl's
+   ``release_server.remote`` is fire-and-forget -- so when the tool is faster than the
+   release, the next acquire still sees this turn counted (the self-count hazard;
+   counted in ``self_count_acquires``);
+4. waits the tool latency, appends output and tool tokens to its context, and loops.
+
+The step ends when the last trajectory finishes, as ``generate_async`` returns when its
+last sequence does. Tie draws come from ``random.Random("ties:<seed>")`` and the
+workload from ``random.Random("workload:<seed>")``, so a (workload, policy, seed) triple
+always gives the same result, and every policy sees the same trajectories for a seed.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Generator
+from typing import Any
+
+import attrs
+import simpy
+
+from affinity_core import Path
+
+from .replica import QueueTracker, Replica, Request
+from .routing import Balancer, PolicySpec
+from .workload import TrajectoryPlan, Workload, plan_step
+
+__all__ = ["StepResult", "simulate_step"]
+
+
+@attrs.frozen(kw_only=True)
+class StepResult:
+    """What one simulated step measured (plain numbers, JSON-ready)."""
+
+    workload: str
+    policy: str
+    seed: int
+    step_time_s: float
+    prefix_hit_rate: float  # cached / looked-up prompt tokens of new requests (vLLM's metric)
+    query_tokens: int
+    hit_tokens: int
+    preempted_query_tokens: int  # re-lookups after preemption, counted apart as vLLM does
+    preempted_hit_tokens: int
+    prefill_tokens: int
+    breaks: int  # affinity_broken during the step
+    kept: int  # affinity_kept during the step
+    placements: int  # first placements (new) and unkeyed placements
+    turns: int
+    preemptions: int
+    evicted_blocks: int
+    idle_fraction: float  # replica-time with nothing to run / (replicas x step time)
+    queue_skew: float  # time-mean of max - min per-replica queue (waiting + running)
+    mean_queue: float  # time-mean of the per-replica queue length
+    self_count_acquires: int  # acquires that saw the session's previous turn unreleased
+    ignored_releases: int
+
+    def as_dict(self) -> dict[str, Any]:
+        return attrs.asdict(self)
+
+
+class _Step:
+    """The mutable world of one simulation run."""
+
+    def __init__(self, workload: Workload, policy: PolicySpec, seed: int,
+                 plans: list[TrajectoryPlan]) -> None:
+        self.workload = workload
+        self.env = simpy.Environment()
+        self.tracker = QueueTracker(workload.replicas)
+        self.server_ids = [f"replica-{i}" for i in range(workload.replicas)]
+        self.replicas = {
+            sid: Replica(self.env, i, workload.model, self.tracker)
+            for i, sid in enumerate(self.server_ids)
+        }
+        config = policy.config(workload.tie_break)
+        self.balancer = Balancer(config, self.server_ids, policy.sticky,
+                                 random.Random(f"ties:{seed}"))
+        self.plans = plans
+        self.unfinished = len(plans)
+        self.all_done = self.env.event()
+        self.self_count = 0
+        self.turns = 0
+
+    def trajectory(self, plan: TrajectoryPlan) -> Generator[simpy.Event, Any, None]:
+        env = self.env
+        w = self.workload
+        block = w.model.block_size
+        shared = plan.prompt_tokens // block
+        group_key = -1 - plan.group
+        context = plan.prompt_tokens
+        pending = [False]  # the previous turn's release has not reached the balancer yet
+        last = len(plan.outputs) - 1
+        for turn, output in enumerate(plan.outputs):
+            if w.acquire_latency_s > 0:
+                yield env.timeout(w.acquire_latency_s)
+            if pending[0]:
+                self.self_count += 1
+            server = self.balancer.acquire(plan.request_id)
+            request = Request(env, plan.index, group_key, shared, context, output)
+            self.replicas[server].submit(request)
+            self.turns += 1
+            yield request.done
+            self._release_later(server, pending)
+            context += output
+            if turn < last:
+                latency = plan.tool_latency_s[turn]
+                if latency > 0:
+                    yield env.timeout(latency)
+                context += plan.tool_tokens[turn]
+        self.unfinished -= 1
+        if self.unfinished == 0:
+            self.all_done.succeed(env.now)
+
+    def _release_later(self, server: str, pending: list[bool]) -> None:
+        delay = self.workload.release_delay_s
+        if delay <= 0:
+            self.balancer.release(server)
+            return
+        pending[0] = True
+
+        def deliver(_event: simpy.Event) -> None:
+            self.balancer.release(server)
+            pending[0] = False
+
+        self.env.timeout(delay).callbacks.append(deliver)
+
+    def run(self, policy: PolicySpec, seed: int) -> StepResult:
+        env = self.env
+        for plan in self.plans:
+            env.process(self.trajectory(plan))
+        env.run(until=self.all_done)
+        end = env.now
+        self.tracker.change(0, 0, end)  # close the queue integrals at the step end
+        replicas = list(self.replicas.values())
+        query = sum(r.query_tokens for r in replicas)
+        hits = sum(r.hit_tokens for r in replicas)
+        idle = sum(r.idle_time_until(end) for r in replicas)
+        paths = self.balancer.paths
+        span = end if end > 0 else 1.0
+        return StepResult(
+            workload=self.workload.name,
+            policy=policy.name,
+            seed=seed,
+            step_time_s=end,
+            prefix_hit_rate=hits / query if query else 0.0,
+            query_tokens=query,
+            hit_tokens=hits,
+            preempted_query_tokens=sum(r.preempted_query_tokens for r in replicas),
+            preempted_hit_tokens=sum(r.preempted_hit_tokens for r in replicas),
+            prefill_tokens=sum(r.prefill_tokens for r in replicas),
+            breaks=paths[Path.BROKEN],
+            kept=paths[Path.KEPT],
+            placements=paths[Path.NEW] + paths[Path.UNKEYED] + paths[Path.RESELECTED],
+            turns=self.turns,
+            preemptions=sum(r.preemptions for r in replicas),
+            evicted_blocks=sum(r.kv.evicted_blocks for r in replicas),
+            idle_fraction=idle / (len(replicas) * span),
+            queue_skew=self.tracker.skew_area / span,
+            mean_queue=self.tracker.total_area / (span * len(replicas)),
+            self_count_acquires=self.self_count,
+            ignored_releases=self.balancer.ignored_releases,
+        )
+
+
+def simulate_step(workload: Workload, policy: PolicySpec, seed: int,
+                  plans: list[TrajectoryPlan] | None = None) -> StepResult:
+    """Simulate one step of ``workload`` under ``policy``; ``plans`` defaults to the seed's."""
+    if plans is None:
+        plans = plan_step(workload, seed)
+    return _Step(workload, policy, seed, plans).run(policy, seed)
