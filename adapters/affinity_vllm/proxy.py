@@ -53,10 +53,11 @@ _FORWARD_HEADERS = frozenset({"content-type", "authorization", "accept", "user-a
 _UPSTREAM_ERRORS = (aiohttp.ClientError, asyncio.TimeoutError)
 
 
-def error_response(status: int, message: str, kind: str, **extra: str) -> web.Response:
+def error_response(status: int, message: str, kind: str,
+                   headers: dict[str, str] | None = None) -> web.Response:
     """An OpenAI-style JSON error body."""
     body = {"error": {"message": message, "type": kind, "code": status}}
-    return web.json_response(body, status=status, headers=extra or None)
+    return web.json_response(body, status=status, headers=headers)
 
 
 class _NotSent(Exception):
@@ -130,6 +131,9 @@ class Proxy:
     ) -> web.StreamResponse:
         sid = lease.server_id
         url = sid + request.rel_url.path
+        tags = {"x-affinity-backend": sid, "x-affinity-path": lease.path}
+        if attempt:
+            tags["x-affinity-retried"] = "1"
         try:
             upstream = await self._session().request(
                 request.method, url, data=body, headers=self._headers(request),
@@ -141,14 +145,12 @@ class Proxy:
         except asyncio.TimeoutError:
             self._backend_failed(sid, "timeout", True)
             return error_response(504, f"backend {sid} did not answer within "
-                                  f"{self.options.upstream_timeout:g} s", "upstream_timeout")
+                                  f"{self.options.upstream_timeout:g} s", "upstream_timeout",
+                                  tags)
         except aiohttp.ClientError as exc:
             self._backend_failed(sid, "disconnected", False)
             return error_response(502, f"backend {sid} failed before responding: {exc!r}",
-                                  "upstream_error")
-        tags = {"x-affinity-backend": sid, "x-affinity-path": lease.path}
-        if attempt:
-            tags["x-affinity-retried"] = "1"
+                                  "upstream_error", tags)
         try:
             content_type = upstream.headers.get("Content-Type", "")
             if content_type.startswith("text/event-stream"):
@@ -167,7 +169,8 @@ class Proxy:
             self._backend_failed(sid, "timeout" if timed_out else "mid_stream", timed_out)
             return error_response(
                 504 if timed_out else 502,
-                f"backend {sid} failed while sending its response: {exc!r}", "upstream_error")
+                f"backend {sid} failed while sending its response: {exc!r}", "upstream_error",
+                tags)
         headers = dict(tags)
         if "Content-Type" in upstream.headers:
             headers["Content-Type"] = upstream.headers["Content-Type"]

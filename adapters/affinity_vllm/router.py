@@ -169,7 +169,7 @@ class Router:
         except web.HTTPRequestEntityTooLarge:
             raise too_large from None
         try:
-            payload = json.loads(body)
+            payload = json.loads(body.decode("utf-8"))  # RFC 8259: JSON on the wire is UTF-8
         except UnicodeDecodeError:
             raise BadRequest(400, "request body is not valid UTF-8 JSON") from None
         except json.JSONDecodeError as exc:
