@@ -121,9 +121,13 @@ def _smoke_workload() -> Workload:
 
 
 def _perf_workload() -> Workload:
+    """Exactly 512 trajectories x 8 turns on 16 replicas (no trajectory hits the limit)."""
     base = _PR_WORKLOADS[1]
-    return attrs.evolve(base, name="perf-512x8", description="512 trajectories x 8 turns",
-                        turns=_d({"dist": "constant", "value": 8}))
+    return attrs.evolve(
+        base, name="perf-512x8", description="16 replicas, 512 trajectories x 8 turns",
+        turns=_d({"dist": "constant", "value": 8}),
+        output_tokens=_d({"dist": "lognormal", "median": 1000, "sigma": 0.8, "max": 3000}),
+        max_context=32_768, model=base.model.with_capacity(200_000))
 
 
 def preset(name: str) -> Sweep:

@@ -1,0 +1,115 @@
+"""Routing goes through the real affinity_core; policies map to core configs."""
+
+from __future__ import annotations
+
+import random
+from fractions import Fraction
+
+import attrs
+import pytest
+from affinity_sim.distributions import parse
+from affinity_sim.routing import Balancer, PolicyError, parse_policies, parse_policy
+from affinity_sim.simulate import simulate_step
+from affinity_sim.workload import Workload, plan_step
+
+from affinity_core import Config, DualThreshold, Path, TieBreak, step
+
+from .test_sim_replica import model
+
+
+def tiny_workload(**changes: object) -> Workload:
+    fields: dict[str, object] = {
+        "name": "tiny", "replicas": 3, "prompts": 4, "samples": 3,
+        "turns": parse("turns", {"dist": "constant", "value": 3}),
+        "prompt_tokens": parse("p", 40), "output_tokens": parse("o", 20),
+        "tool_tokens": parse("t", 8), "tool_latency_s": parse("l", 0.0),
+        "max_context": 400, "model": model(), "acquire_latency_s": 0.001,
+        "release_delay_s": 0.002,
+    }
+    fields.update(changes)
+    return Workload(**fields)  # type: ignore[arg-type]
+
+
+def test_policy_names_map_to_core_configs() -> None:
+    assert parse_policy("legacy").config() == Config(tie_break="draw")
+    assert parse_policy("margin-2").config("first") == Config(affinity_break_margin=2,
+                                                              tie_break="first")
+    gate = parse_policy("dual-4").config().dual_threshold
+    assert gate == DualThreshold(4, Fraction(3, 2))
+    assert parse_policy("dual-8-2.5").config().dual_threshold == DualThreshold(8, Fraction(5, 2))
+    unkeyed = parse_policy("least-loaded")
+    assert not unkeyed.sticky and unkeyed.config().policy == "legacy"
+    table = parse_policy({"name": "m3", "affinity_break_margin": 3, "tie_break": "hashed"})
+    assert table.config().affinity_break_margin == 3
+    assert table.config().tie_break is TieBreak.HASHED
+
+
+@pytest.mark.parametrize(("spec", "fragment"), [
+    ("margin-x", "unknown policy 'margin-x'"),
+    ({"name": "bad", "affinity_break_margin": -1}, "affinity_break_margin must be"),
+    ({"name": "bad", "colour": 1}, "unknown keys ['colour']"),
+    ({"affinity_break_margin": 1}, "needs a non-empty string 'name'"),
+    ({"name": "both", "affinity_break_margin": 1, "balance_abs_threshold": 4},
+     "alternative policies"),
+])
+def test_bad_policies_are_rejected_with_the_value(spec: object, fragment: str) -> None:
+    with pytest.raises(PolicyError, match=None) as info:
+        parse_policy(spec)  # type: ignore[arg-type]
+    assert fragment in str(info.value)
+
+
+def test_legacy_is_always_the_baseline_and_names_are_unique() -> None:
+    assert [p.name for p in parse_policies(["margin-2"])] == ["legacy", "margin-2"]
+    with pytest.raises(PolicyError, match="duplicate"):
+        parse_policies(["margin-2", "margin-2"])
+
+
+def test_every_routing_decision_is_a_core_step(monkeypatch: pytest.MonkeyPatch) -> None:
+    calls: list[str] = []
+
+    def counting_step(config, state, event):  # type: ignore[no-untyped-def]
+        calls.append(type(event).__name__)
+        return step(config, state, event)
+
+    monkeypatch.setattr("affinity_sim.routing.step", counting_step)
+    workload = tiny_workload()
+    result = simulate_step(workload, parse_policy("margin-1"), seed=3)
+    acquires = calls.count("Acquire")
+    assert acquires == result.turns == 4 * 3 * 3
+    # Every release but those still in flight when the last trajectory ends reached the core.
+    assert result.turns - workload.replicas <= calls.count("Release") <= result.turns
+    assert result.kept + result.breaks + result.placements == result.turns
+
+
+def test_fire_and_forget_release_makes_the_self_count_hazard() -> None:
+    # Tool latency 0 and release 2 ms after the end: every later turn's acquire (1 ms) sees
+    # the previous turn still counted.
+    hazard = simulate_step(tiny_workload(), parse_policy("legacy"), seed=1)
+    assert hazard.self_count_acquires == 4 * 3 * (3 - 1)
+    awaited = simulate_step(tiny_workload(release_delay_s=0.0), parse_policy("legacy"), seed=1)
+    assert awaited.self_count_acquires == 0
+
+
+def test_unkeyed_policy_never_hits_the_sticky_map() -> None:
+    result = simulate_step(tiny_workload(), parse_policy("least-loaded"), seed=2)
+    assert result.kept == result.breaks == 0 and result.placements == result.turns
+
+
+def test_balancer_breaks_an_overloaded_pin_and_counts_it() -> None:
+    balancer = Balancer(parse_policy("margin-0").config("first"), ["a", "b"], True,
+                        random.Random(0))
+    assert balancer.acquire("s") == "a"
+    assert balancer.acquire("t") == "b"
+    assert balancer.acquire("u") == "a"  # a: 2, b: 1
+    assert balancer.acquire("s") == "b"  # pin a (2) > min (1) + 0: broken to b
+    assert balancer.paths[Path.BROKEN] == 1
+    balancer.release("a")
+    balancer.release("a")
+    balancer.release("a")  # at zero: the core ignores it
+    assert balancer.ignored_releases == 1
+
+
+def test_workload_plans_are_independent_of_the_policy() -> None:
+    workload = tiny_workload()
+    assert plan_step(workload, 5) == plan_step(attrs.evolve(workload), 5)
+    assert plan_step(workload, 5) != plan_step(workload, 6)
