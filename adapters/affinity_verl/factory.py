@@ -7,10 +7,20 @@ Theory of operation
 ``ray.remote(cls).remote(servers=..., max_cache_size=10000)`` and forwards
 ``full_determinism`` only when ``cls`` is its own ``GlobalRequestLoadBalancer``; a subclass
 receives neither that flag nor any margin. :func:`balancer_class_from_config` therefore
-reads ``actor_rollout_ref.rollout.affinity_break_margin`` and ``.full_determinism`` from
-the trainer config itself, validates them *now* (when the config is loaded, R-CFG-1), and
-returns a subclass with the options bound. Bound options take precedence over constructor
-keywords, because verl passes ``max_cache_size`` unconditionally.
+reads the margin and ``full_determinism`` from the trainer config itself, validates them
+*now* (when the config is loaded, R-CFG-1), and returns a subclass with the options
+bound. Bound options take precedence over constructor keywords, because verl passes
+``max_cache_size`` unconditionally.
+
+Where the margin lives. PR #7435 adds ``actor_rollout_ref.rollout.affinity_break_margin``
+to verl's schema; verl 0.9.1 has no such field. On 0.9.1 a Hydra override
+``+actor_rollout_ref.rollout.affinity_break_margin=2`` composes, but verl later builds its
+``RolloutConfig`` dataclass from that section (``omega_conf_to_dataclass`` in the agent
+loop and rollout workers) and an unknown field fails there. 0.9.1's dataclass has an
+extension point for exactly this, ``custom: Optional[dict]``, so the factory also reads
+``actor_rollout_ref.rollout.custom.affinity_break_margin`` (override
+``+actor_rollout_ref.rollout.custom.affinity_break_margin=2``). If both are set they must
+agree.
 
 The returned class is created inside a function, so Ray's cloudpickle ships it by value;
 its base :class:`AffinityLoadBalancer` is shipped by reference (``affinity_verl`` must be
@@ -49,6 +59,7 @@ ROUTER_CLASS_NAMES = (
 )
 ROLLOUT_PATH = ("actor_rollout_ref", "rollout")
 VERL_CONFIG_KEYS = ("affinity_break_margin", "full_determinism")
+EXTENSION_SECTION = "custom"  # verl 0.9.1 RolloutConfig.custom: Optional[dict]
 
 _MISSING = object()
 
@@ -76,7 +87,9 @@ def options_from_verl_config(config: Any) -> dict[str, Any]:
     """The balancer options a verl trainer config sets.
 
     ``config`` is the root config (OmegaConf ``DictConfig`` or a plain dict) or its
-    ``actor_rollout_ref.rollout`` section. Missing keys are left out (defaults apply).
+    ``actor_rollout_ref.rollout`` section. Reads ``affinity_break_margin`` (or
+    ``custom.affinity_break_margin``) and ``full_determinism``; missing keys are left out
+    (defaults apply).
     """
     if config is None:
         return {}
@@ -86,6 +99,17 @@ def options_from_verl_config(config: Any) -> dict[str, Any]:
         value = _child(rollout, key)
         if value is not _MISSING:
             found[key] = value
+    custom = _child(rollout, EXTENSION_SECTION)
+    if custom is not _MISSING and custom is not None:
+        margin = _child(custom, "affinity_break_margin")
+        if margin is not _MISSING:
+            if "affinity_break_margin" in found and found["affinity_break_margin"] != margin:
+                raise OptionError(
+                    "actor_rollout_ref.rollout: affinity_break_margin="
+                    f"{found['affinity_break_margin']!r} and custom.affinity_break_margin="
+                    f"{margin!r} disagree; set one of them"
+                )
+            found["affinity_break_margin"] = margin
     return found
 
 
@@ -94,8 +118,8 @@ def balancer_class_from_config(
 ) -> type[AffinityLoadBalancer]:
     """A balancer class for ``load_balancer_cls=`` with the config's options bound.
 
-    Reads ``actor_rollout_ref.rollout.affinity_break_margin`` and ``.full_determinism``
-    from ``config``; ``overrides`` may set any other option (``tie_break``,
+    Reads the margin and ``full_determinism`` (see :func:`options_from_verl_config`) from
+    ``config``; ``overrides`` may set any other option (``tie_break``,
     ``lease_accounting``, ``decision_log``, ...) and win over the config. Raises
     :class:`OptionError` here, at config load, for a bad value.
     """

@@ -12,7 +12,9 @@ This directory has no ``__init__.py`` on purpose: as a package it would be named
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -23,6 +25,9 @@ import ray
 from affinity_verl import AffinityLoadBalancer
 
 MakeBalancer = Callable[..., Any]
+
+DOCS = Path(__file__).resolve().parents[2] / "docs" / "verl.md"
+_FENCE = re.compile(r"```(\w+)\n# (example|example-file): (\S+)\n(.*?)```", re.DOTALL)
 
 
 @pytest.fixture(scope="session")
@@ -53,3 +58,16 @@ def make_balancer(ray_cluster: None) -> Iterator[MakeBalancer]:
     yield make
     for handle in created:
         ray.kill(handle)
+
+
+@pytest.fixture(scope="session")
+def doc_examples() -> dict[str, str]:
+    """The copy-paste examples of docs/verl.md, by name (``# example: NAME`` first line).
+
+    ``# example-file: NAME`` blocks are files the examples use (e.g. ``router.yaml``).
+    """
+    found: dict[str, str] = {}
+    for _lang, _kind, name, body in _FENCE.findall(DOCS.read_text(encoding="utf-8")):
+        assert name not in found, f"duplicate example {name!r} in {DOCS}"
+        found[name] = body
+    return found
