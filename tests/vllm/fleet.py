@@ -132,3 +132,15 @@ async def fleet(n: int = 2, *, stub: dict[str, Any] | None = None,
 
 async def gather_all(*aws: Awaitable[T]) -> list[T]:
     return list(await asyncio.gather(*aws))
+
+
+@contextlib.asynccontextmanager
+async def router_over(backends: list[str], **router_options: Any) -> AsyncIterator[Router]:
+    """A router in front of already running backends (the real tier's vLLM servers)."""
+    defaults: dict[str, Any] = {"port": 0, "health_interval": 60.0}
+    router = Router(RouterOptions(backends=tuple(backends), **{**defaults, **router_options}))
+    await router.start()
+    try:
+        yield router
+    finally:
+        await router.stop()
