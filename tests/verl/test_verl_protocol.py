@@ -92,8 +92,9 @@ def _random_call(rng: random.Random, universe: list[str]) -> tuple[str, tuple[An
     )[0]
     if kind == "acquire":
         return "acquire_server", (f"r{rng.randrange(12)}",)
-    if kind == "release":
-        return "release_server", (rng.choice([*universe, "unknown"]),)
+    if kind == "release":  # verl 0.9.1 may pass the request id; legacy ignores it
+        request_id = rng.choice([None, f"r{rng.randrange(12)}"])
+        return "release_server", (rng.choice([*universe, "unknown"]), request_id)
     if kind == "add":
         ids = rng.sample(universe, rng.randint(1, 2))
         return "add_servers", ({sid: f"handle-{sid}-{rng.randrange(100)}" for sid in ids},)
