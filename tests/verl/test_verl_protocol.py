@@ -87,8 +87,9 @@ def test_errors_keep_verl_types_and_messages() -> None:
 
 def _random_call(rng: random.Random, universe: list[str]) -> tuple[str, tuple[Any, ...]]:
     kind = rng.choices(
-        ["acquire", "release", "add", "remove", "clear", "status", "count", "all", "total"],
-        weights=[30, 20, 5, 5, 3, 3, 3, 2, 2],
+        ["acquire", "release", "add", "remove", "drain", "clear", "status", "count", "all",
+         "total"],
+        weights=[30, 20, 5, 5, 1, 3, 3, 3, 2, 2],
     )[0]
     if kind == "acquire":
         return "acquire_server", (f"r{rng.randrange(12)}",)
@@ -100,6 +101,8 @@ def _random_call(rng: random.Random, universe: list[str]) -> tuple[str, tuple[An
         return "add_servers", ({sid: f"handle-{sid}-{rng.randrange(100)}" for sid in ids},)
     if kind == "remove":
         return "remove_servers", (rng.sample([*universe, "unknown"], rng.randint(1, 2)),)
+    if kind == "drain":  # every server at once: the next placement finds an empty pool
+        return "remove_servers", (list(universe),)
     if kind == "count":
         return "get_inflight_count", (rng.choice([*universe, "unknown"]),)
     return {"clear": "clear_sticky_cache", "status": "get_status", "all": "get_all_servers",
