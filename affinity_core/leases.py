@@ -11,8 +11,10 @@ With ``lease_accounting=True`` (R-LEASE-1..6) every successful acquire grants a 
 ``(request_id, server_id, epoch)``, where the epoch numbers the server's current stay in
 the pool (each add of an inactive server opens a new epoch). A release settles a lease:
 
-* a lease of the current epoch: the count goes down (``applied``);
-* only a lease of an earlier epoch: it is consumed, no count moves (``stale_lease``);
+* leases of one ``(request_id, server)`` pair are settled oldest epoch first, because a
+  release cannot say which of a conversation's turns it ends and turns are sequential;
+* if that oldest lease is of the current epoch, the count goes down (``applied``);
+* if it is of an earlier epoch, it is consumed and no count moves (``stale_lease``);
 * no lease: nothing moves, ``unknown_leases`` counts it (``unknown_lease``).
 
 So for every active server ``load == open leases of its current epoch`` (R-LEASE-5), and
@@ -89,13 +91,13 @@ class LeaseBook:
         held = self.held.get(key)
         if held is None:
             return attrs.evolve(self, unknown_leases=self.unknown_leases + 1), "unknown"
-        current = self.epoch.get(server_id)
-        index = next((i for i, (e, _) in enumerate(held) if e == current), None)
-        verdict = "current"
-        if index is None:  # only leases from earlier epochs remain: the oldest one ends
-            index, verdict = 0, "stale"
-        epoch, count = held[index]
-        rest = (*held[:index], *(((epoch, count - 1),) if count > 1 else ()), *held[index + 1 :])
+        # Releases of one (request_id, server) pair end its leases in acquire order: the
+        # oldest epoch first. A release cannot say which turn it ends, and a conversation's
+        # turns are sequential, so a late release after a remove/re-add belongs to the
+        # older stay -- consuming the fresh lease instead would re-create the drift.
+        epoch, count = held[0]
+        verdict = "current" if epoch == self.epoch.get(server_id) else "stale"
+        rest = (*(((epoch, count - 1),) if count > 1 else ()), *held[1:])
         book = attrs.evolve(self, held=self.held.set(key, rest) if rest else self.held.delete(key))
         if verdict == "stale":
             book = attrs.evolve(book, stale_leases=book.stale_leases + 1)
