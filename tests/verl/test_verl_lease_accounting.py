@@ -168,13 +168,9 @@ def test_verl_client_sends_request_ids_when_declared(ray_cluster: None) -> None:
             ray.kill(actor)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="affinity_core LeaseBook.settle prefers the current-epoch lease of a "
-    "(request_id, server) pair, so the late release of an older turn of the same id "
-    "consumes the fresh lease (reported to the core's owner)",
-)
 def test_late_release_of_the_same_id_across_a_readd(trio: Any) -> None:
+    """R-LEASE-3: a key's leases settle oldest first, so turn 1's late release after a
+    remove/re-add is stale and turn 2 (same id, fresh stay) stays counted."""
     t = trio(["s0"])
     t.do("acquire_server", request_id="conv")  # turn 1, stay 1
     t.do("remove_servers", server_ids=["s0"])
