@@ -91,19 +91,25 @@ def _resolve(args: argparse.Namespace) -> Sweep:
     return attrs.evolve(sweep, **changes) if changes else sweep
 
 
+def _fail(message: str) -> int:
+    print(f"affinity simulate: {message}", file=sys.stderr)  # unwrapped, unstyled
+    return 2
+
+
 def run(args: argparse.Namespace) -> int:
     out = Console()
     if not out.is_terminal:
         out = Console(width=150)  # a log or a README: do not wrap the table at 80 columns
     err = Console(stderr=True)
     if args.workers is not None and args.workers < 1:
-        err.print(f"affinity simulate: --workers must be >= 1, got {args.workers}")
-        return 2
+        return _fail(f"--workers must be >= 1, got {args.workers}")
+    if args.address is not None and args.no_ray:
+        return _fail(f"--address {args.address!r} joins a Ray cluster; it cannot go with "
+                     "--no-ray")
     try:
         sweep = _resolve(args)
     except ValueError as exc:
-        err.print(f"affinity simulate: {exc}", markup=False)
-        return 2
+        return _fail(str(exc))
     workers = args.workers or os.cpu_count() or 1
     simulations = len(sweep.workloads) * len(sweep.policies) * sweep.seeds
     out.print(f"[bold]{sweep.name}[/]: {len(sweep.workloads)} workloads x "
@@ -122,8 +128,7 @@ def run(args: argparse.Namespace) -> int:
             results, backend = run_sweep(sweep, workers=workers, use_ray=not args.no_ray,
                                          address=args.address, progress=progress)
         except RuntimeError as exc:
-            err.print(f"affinity simulate: {exc}", markup=False)
-            return 2
+            return _fail(str(exc))
     elapsed = time.perf_counter() - start
     summaries = summarize(results)
     render_tables(out, sweep, summaries)

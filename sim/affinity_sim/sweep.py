@@ -104,6 +104,8 @@ def run_sweep(
     report = progress or (lambda done, total: None)
     workers = workers or os.cpu_count() or 1
     results: list[StepResult] = []
+    if address is not None and not use_ray:
+        raise RuntimeError(f"--address {address!r} joins a Ray cluster; it cannot go with --no-ray")
     ray = _ray_module() if use_ray else None
     if address is not None and ray is None:
         raise RuntimeError(

@@ -100,6 +100,11 @@ def test_bad_command_line_exits_2(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["simulate", "--preset", "smoke", "--workloads", "zzz", "--no-save"]) == 2
     assert "unknown workloads ['zzz']" in capsys.readouterr().err
     assert main(["simulate", "--preset", "smoke", "--workers", "0", "--no-save"]) == 2
+    assert main(["simulate", "--preset", "smoke", "--seeds", "0", "--no-save"]) == 2
+    assert "seeds must be an integer >= 1, got 0" in capsys.readouterr().err
+    assert main(["simulate", "--preset", "smoke", "--no-ray", "--address", "x:1",
+                 "--no-save", "--no-progress"]) == 2
+    assert "cannot go with --no-ray" in capsys.readouterr().err
 
 
 def test_distribution_errors() -> None:
