@@ -1,0 +1,68 @@
+"""``affinity vectors generate|verify``: rebuild or verify ``spec/vectors/``."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from .counterexamples import TraceError
+from .generate import (
+    COUNTEREXAMPLE_DIR,
+    REGRESSION_DIR,
+    REPO_ROOT,
+    build_vectors,
+    verify_tree,
+    write_tree,
+)
+from .scenario import ScenarioError
+from .vector_format import VectorError
+
+__all__ = ["register"]
+
+DEFAULT_DIR = REPO_ROOT / "spec" / "vectors"
+
+
+def register(parser: argparse.ArgumentParser) -> None:
+    sub = parser.add_subparsers(dest="vectors_command", metavar="ACTION", required=True)
+    gen = sub.add_parser("generate", help="rebuild every vector, the manifest included",
+                         description="Rebuild every conformance vector deterministically.")
+    gen.add_argument("--out", type=Path, default=DEFAULT_DIR,
+                     help=f"output directory (default: {DEFAULT_DIR})")
+    ver = sub.add_parser("verify", help="fail if the committed vectors differ from a rebuild",
+                         description="Regenerate in memory and compare with a directory.")
+    ver.add_argument("--dir", type=Path, default=DEFAULT_DIR,
+                     help=f"vector directory (default: {DEFAULT_DIR})")
+    for p in (gen, ver):
+        p.add_argument("--counterexamples", type=Path, default=COUNTEREXAMPLE_DIR,
+                       help="proof counterexample traces (default: proofs/counterexamples)")
+        p.add_argument("--regressions", type=Path, default=REGRESSION_DIR,
+                       help="shrunk failing traces kept as regressions")
+    parser.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        vectors = build_vectors(regression_dir=args.regressions,
+                                counterexample_dir=args.counterexamples)
+    except (VectorError, TraceError, ScenarioError) as exc:
+        print(f"affinity vectors: generation failed: {exc}", file=sys.stderr)
+        return 2
+    if args.vectors_command == "generate":
+        count = write_tree(args.out, vectors)
+        suites: dict[str, int] = {}
+        for rel in vectors:
+            suite = rel.split("/", 1)[0]
+            suites[suite] = suites.get(suite, 0) + 1
+        listing = ", ".join(f"{s} {n}" for s, n in suites.items())
+        print(f"wrote {count} vectors to {args.out} ({listing})")
+        return 0
+    problems = verify_tree(args.dir, vectors)
+    if problems:
+        print(f"{args.dir}: {len(problems)} difference(s) from a fresh generation:",
+              file=sys.stderr)
+        for line in problems[:50]:
+            print(f"  {line}", file=sys.stderr)
+        return 1
+    print(f"{args.dir}: {len(vectors)} vectors and the manifest match a fresh generation")
+    return 0

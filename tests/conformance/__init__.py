@@ -1,0 +1,1 @@
+"""Conformance tests: vectors, stateful lockstep, differential against verl, check, replay."""
