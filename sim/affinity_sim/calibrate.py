@@ -33,6 +33,7 @@ from concurrent.futures import ProcessPoolExecutor
 
 import attrs
 
+from .costmodel import QWEN25_32B_TP4_H200
 from .distributions import Distribution
 from .routing import parse_policy
 from .simulate import simulate_step
@@ -132,7 +133,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         assert target_hit is not None
         fitted, context = fit_output_median(workload, contexts[workload.name])
         median = dict(fitted.output_tokens.params)["median"]
-        fitted, hit = fit_kv_capacity(fitted, target_hit, workers=args.workers)
+        # Search from the physical pool down (the presets hold the already-fitted pools).
+        fitted = attrs.evolve(fitted, model=QWEN25_32B_TP4_H200)
+        fitted, hit = fit_kv_capacity(fitted, target_hit, tolerance=0.005,
+                                      workers=args.workers)
         print(f"{workload.name}: output median {median:,.0f} -> mean context {context:,.0f}; "
               f"kv_capacity_tokens {fitted.model.kv_capacity_tokens:,} -> legacy hit "
               f"{hit:.2%} (target {target_hit:.1%})")
