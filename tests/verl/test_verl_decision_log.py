@@ -2,7 +2,7 @@
 
 Off by default. When on: one record per state-changing call, in the format of
 :mod:`affinity_conformance.decision_log`, which replays through the core with zero
-divergences (R-LOG-1); files rotate at the size cap and each kept file replays alone;
+divergences; files rotate at the size cap and each kept file replays alone;
 every call that returned is already on disk, and an abrupt kill leaves at most a
 partial last line.
 """

@@ -11,7 +11,7 @@ At the end:
 * nothing raised (any client or churn exception fails ``ray.get``);
 * the whole decision log -- every rotated file -- replays through the core with zero
   divergences, starts at seq 0 and holds exactly one record per call that reached the
-  balancer (R-LOG-1);
+  balancer;
 * lease mode: ``get_total_inflight() == 0``, and at *every* logged step each active
   server's count equals the requests really in flight on it since it (re)joined the pool,
   computed by an independent tracker from the client's side of the story (one request

@@ -40,9 +40,15 @@ class SessionClientImpl:
         self._rng = random.Random(seed)
 
     async def run(
-        self, pairs: int, sessions: int = 16, concurrency: int = 4, max_pause_s: float = 0.001
+        self, pairs: int, sessions: int = 16, concurrency: int = 4, max_pause_s: float = 0.001,
+        load_balancer: Any = None,
     ) -> dict[str, Any]:
-        """``pairs`` acquire/release pairs over ``concurrency`` concurrent turn loops."""
+        """``pairs`` acquire/release pairs over ``concurrency`` concurrent turn loops.
+
+        ``load_balancer`` switches this client to another balancer actor first.
+        """
+        if load_balancer is not None:
+            self._lb = load_balancer
         declared = set(await self._lb.require_release_fields.remote())
         remaining = pairs
         placements: dict[str, int] = {}
