@@ -84,6 +84,7 @@ class Scenario:
         self._filler_servers: dict[str, list[str]] = {}
         self._extra_features: set[str] = set()
         self._raw_config: dict[str, Any] | None = None
+        self.hand_checks = 0  # expectations the author stated (not merely recorded)
 
     # ----------------------------------------------------------------- stepping
     def apply(self, event: Event) -> Outcome:
@@ -114,6 +115,7 @@ class Scenario:
                 evicted: str | None = None) -> Scenario:
         outcome = self.apply(Acquire(request_id=request_id, tie_draw=draw,
                                      request_hash=request_hash))
+        self.hand_checks += sum(x is not None for x in (expect, path, evicted))
         if not isinstance(outcome, Acquired):
             if expect is not None or path is not None:
                 raise self._fail(f"acquire({request_id!r}) was rejected: {outcome!r}")
@@ -137,6 +139,7 @@ class Scenario:
     def reject(self, request_id: str | None, *, reason: str,
                request_hash: int | None = None) -> Scenario:
         outcome = self.apply(Acquire(request_id=request_id, request_hash=request_hash))
+        self.hand_checks += 1
         if not isinstance(outcome, Rejected) or outcome.reason.value != reason:
             raise self._fail(f"acquire({request_id!r}) gave {outcome!r}, "
                              f"the author expected a {reason} rejection")
@@ -146,6 +149,7 @@ class Scenario:
                 result: str | None = None) -> Scenario:
         outcome = self.apply(Release(server_id=server_id, request_id=request_id))
         assert isinstance(outcome, Released)
+        self.hand_checks += result is not None
         if result is not None and outcome.result.value != result:
             raise self._fail(f"release({server_id!r}) gave {outcome.result.value}, "
                              f"the author expected {result}")
@@ -162,6 +166,7 @@ class Scenario:
     def clear(self, *, cleared: int | None = None) -> Scenario:
         outcome = self.apply(ClearStickyCache())
         assert isinstance(outcome, StickyCacheCleared)
+        self.hand_checks += cleared is not None
         if cleared is not None and outcome.cleared_entries != cleared:
             raise self._fail(f"clear cleared {outcome.cleared_entries}, "
                              f"the author expected {cleared}")
@@ -196,6 +201,7 @@ class Scenario:
 
     def assert_loads(self, **loads: int) -> Scenario:
         """Hand-checked loads; fails the build if the core disagrees."""
+        self.hand_checks += 1
         actual = {s: n for s, n in self.state.inflight_items() if s in loads}
         if actual != loads:
             raise self._fail(f"loads are {dict(self.state.inflight_items())}, "
@@ -204,13 +210,31 @@ class Scenario:
 
     def assert_spread(self, at_most: int) -> Scenario:
         """Hand-checked bound on ``max(L) - min(L)`` (effective loads) right now."""
+        self.hand_checks += 1
         spread = self.state.pool.max_load - self.state.pool.min_load
         if spread > at_most:
             raise self._fail(f"spread max-min = {spread} > {at_most}: "
                              f"{dict(self.state.pool.items())}")
         return self
 
+    def assert_pool(self, *servers: str) -> Scenario:
+        """Hand-checked pool order."""
+        self.hand_checks += 1
+        if self.state.pool.servers != servers:
+            raise self._fail(f"pool is {list(self.state.pool.servers)}, "
+                             f"the author expected {list(servers)}")
+        return self
+
+    def assert_external(self, **external: int) -> Scenario:
+        """Hand-checked non-zero external loads (R-OBS-1)."""
+        self.hand_checks += 1
+        if dict(self.state.external) != external:
+            raise self._fail(f"external loads are {dict(self.state.external)}, "
+                             f"the author expected {external}")
+        return self
+
     def assert_pinned(self, request_id: str, server_id: str | None) -> Scenario:
+        self.hand_checks += 1
         pinned = self.state.lru.peek(request_id)
         if pinned != server_id:
             raise self._fail(f"{request_id!r} is pinned to {pinned!r}, "
@@ -218,6 +242,7 @@ class Scenario:
         return self
 
     def assert_counters(self, kept: int, broken: int) -> Scenario:
+        self.hand_checks += 1
         got = (self.state.affinity_kept, self.state.affinity_broken)
         if got != (kept, broken):
             raise self._fail(f"(kept, broken) = {got}, the author expected {(kept, broken)}")

@@ -159,11 +159,12 @@ def _observations() -> Iterator[Scenario]:
     yield (_s("observations", "observation_below_inflight_is_zero",
               "An observed load below the in-flight count sets external load 0.",
               "R-OBS-1")
-           .acquire("a").acquire("b").observe(s0=0, s1=3).check("servers", "external"))
+           .acquire("a").acquire("b").observe(s0=0, s1=3).assert_external(s1=2)
+           .assert_loads(s0=1, s1=1).check("servers", "external"))
     yield (_s("observations", "inactive_servers_are_ignored",
               "Observations of inactive servers are listed as ignored.",
               "R-OBS-1")
-           .observe(s9=3, s1=2).check("external"))
+           .observe(s9=3, s1=2).assert_external(s1=2).check("external"))
     yield (_s("observations", "margin_sees_external_load",
               "The margin compares effective load: external load breaks the pin.",
               "R-OBS-2 R-KEEP-1", affinity_break_margin=1)
@@ -184,4 +185,5 @@ def _observations() -> Iterator[Scenario]:
     yield (_s("observations", "remove_drops_external_load",
               "remove_servers drops the external load with the server.",
               "R-OBS-2 R-POOL-3")
-           .observe(s0=2).remove("s0").add("s0").check("servers", "external"))
+           .observe(s0=2).remove("s0").add("s0").assert_external()
+           .assert_pool("s1", "s2", "s0").check("servers", "external"))

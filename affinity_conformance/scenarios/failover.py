@@ -72,8 +72,10 @@ def cases() -> Iterator[Scenario]:
     yield (_s("add_several_keeps_event_order",
               "add_servers appends new ids in event order and leaves active ones in place.",
               "R-POOL-1 R-POOL-2")
-           .add("s4", "s3").add("s3", "s0").check("servers")
-           .acquires("a", "b", "c", "d", "e").check("servers"))
+           .add("s4", "s3").add("s3", "s0").assert_pool("s0", "s1", "s2", "s4", "s3")
+           .check("servers").acquire("a", expect="s0").acquire("b", expect="s1")
+           .acquire("c", expect="s2").acquire("d", expect="s4").acquire("e", expect="s3")
+           .check("servers"))
     yield (_s("release_on_removed_server_is_ignored",
               "A release for a removed server is an unknown_server no-op.",
               "R-RLS-1 R-POOL-3")

@@ -95,7 +95,7 @@ def cases() -> Iterator[Scenario]:
               "get_status: servers in pool order, total_inflight, active_servers, "
               "registered_handles.",
               "R-STAT-1")
-           .acquire("a").acquire("b").release("s1")
+           .acquire("a").acquire("b").release("s1").assert_loads(s0=1, s1=0, s2=0)
            .check("servers", status_keys=("servers", "total_inflight", "active_servers",
                                           "registered_handles")))
     yield (_s("clear_returns_loads_then_replaces",
