@@ -1,0 +1,356 @@
+"""``affinity check IMPL``: vectors, then generated traces, against an implementation.
+
+Theory of operation
+-------------------
+1. Load the implementation (:func:`~affinity_conformance.impl_loader.load_impl`): its
+   constructor convention and features.
+2. Replay every vector of ``spec/vectors/`` (parsed and digest-checked first, so a
+   malformed or edited vector is reported as such). A case whose ``features`` the
+   implementation lacks is *unsupported*; a construction rejection passes iff the
+   constructor raises; any other case runs in :class:`~affinity_conformance.lockstep.
+   Lockstep` with a fresh instance.
+3. Run ``budget`` generated traces (:data:`~affinity_conformance.trace_gen.FAMILIES`,
+   SplitMix64 seeds ``seed``, ``seed + 1``, ...) over the families the implementation
+   supports, round robin.
+4. Every failure is shrunk (delta debugging: drop chunks of events while the
+   implementation still diverges), re-run to find its first divergent step, and written
+   as a vector file whose expectations come from the core, so it can be replayed and
+   added to the regressions.
+
+A suite's verdict is ``fail`` if any case or trace failed, ``pass`` if at least one ran
+and none failed, ``unsupported`` if nothing could run. Python's global ``random`` (which
+verl 0.9.1 uses for ties) is seeded per case from ``seed`` and restored afterwards, so a
+run is reproducible.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import attrs
+
+from affinity_core import Config, Event, initial_state
+
+from .generate import REPO_ROOT
+from .impl_loader import Impl, load_impl
+from .lockstep import Divergence, Lockstep, impl_tie_option, oracle_config
+from .scenario import Scenario, features_of
+from .trace_gen import FAMILIES, Family, SplitMix64, random_trace
+from .vector_format import (
+    MANIFEST_NAME,
+    SUITES,
+    Case,
+    EventStep,
+    VectorError,
+    case_digest,
+    case_text,
+    file_digest,
+    load_case,
+    load_manifest,
+    seal,
+    vector_files,
+)
+
+__all__ = ["DEFAULT_VECTORS", "CheckReport", "Failure", "SuiteResult", "load_vectors",
+           "run_check", "shrink"]
+
+DEFAULT_VECTORS = REPO_ROOT / "spec" / "vectors"
+TRACE_LENGTH = 40
+
+
+@attrs.frozen
+class Failure:
+    suite: str
+    origin: str  # "vector legacy/x.json" or "trace legacy_first seed 17"
+    divergence: Divergence
+    trace: tuple[str, ...]  # the minimal trace, events in words
+    original_length: int
+    vector_path: str | None
+
+    def to_json(self) -> dict[str, Any]:
+        return {"suite": self.suite, "origin": self.origin, "step": self.divergence.index + 1,
+                "event": self.divergence.event, "diagnosis": self.divergence.words,
+                "requirements": list(self.divergence.requirements),
+                "context": list(self.divergence.context), "minimal_trace": list(self.trace),
+                "original_length": self.original_length, "vector": self.vector_path}
+
+
+@attrs.define
+class SuiteResult:
+    suite: str
+    passed: int = 0
+    failed: int = 0
+    unsupported: int = 0
+    traces_passed: int = 0
+    traces_failed: int = 0
+    missing: set[str] = attrs.field(factory=set)
+    failures: list[Failure] = attrs.field(factory=list)
+
+    @property
+    def verdict(self) -> str:
+        if self.failed or self.traces_failed:
+            return "fail"
+        return "pass" if self.passed or self.traces_passed else "unsupported"
+
+
+@attrs.define
+class CheckReport:
+    impl: str
+    convention: str
+    features: list[str]
+    tie_mode: str
+    budget: int
+    seed: int
+    vectors_dir: str
+    suites: dict[str, SuiteResult]
+    seconds: float = 0.0
+
+    @property
+    def verdict(self) -> str:
+        return "fail" if any(s.verdict == "fail" for s in self.suites.values()) else "pass"
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "impl": self.impl, "constructor": self.convention, "features": self.features,
+            "tie_break": self.tie_mode, "budget": self.budget, "seed": self.seed,
+            "vectors": self.vectors_dir, "verdict": self.verdict, "seconds": round(self.seconds, 2),
+            "suites": {name: {
+                "verdict": r.verdict, "passed": r.passed, "failed": r.failed,
+                "unsupported": r.unsupported, "traces_passed": r.traces_passed,
+                "traces_failed": r.traces_failed, "missing_features": sorted(r.missing),
+                "failures": [f.to_json() for f in r.failures]}
+                for name, r in self.suites.items()},
+        }
+
+
+# ------------------------------------------------------------------ vectors
+def load_vectors(root: Path) -> list[Case]:
+    """Parse every vector under ``root`` and check it against its digests."""
+    if not root.is_dir():
+        raise VectorError(f"{root}: no such vector directory")
+    files = vector_files(root)
+    if not files:
+        raise VectorError(f"{root}: no vectors (<suite>/<case>.json) found")
+    manifest = load_manifest(root) if (root / MANIFEST_NAME).exists() else None
+    cases = []
+    for path in files:
+        case = load_case(path)
+        info = case.data.get("_info")
+        if not isinstance(info, dict) or info.get("sha256") != case_digest(case.data):
+            raise VectorError(f"{path}: _info.sha256 does not match the case's canonical JSON "
+                              "(edited by hand? regenerate with `affinity vectors generate`)")
+        if manifest is not None:
+            rel = str(path.relative_to(root))
+            want = manifest["files"].get(rel)
+            if want != file_digest(path.read_bytes()):
+                raise VectorError(f"{path}: not listed in {MANIFEST_NAME} with this sha256 "
+                                  "(regenerate with `affinity vectors generate`)")
+        cases.append(case)
+    return cases
+
+
+def _fresh(case: Case) -> bool:
+    state = case.initial_state
+    assert state is not None and case.config is not None
+    return state == initial_state(case.config, case.server_ids)
+
+
+def _events(case: Case) -> list[Event]:
+    return [s.event for s in case.steps if isinstance(s, EventStep) and s.event is not None]
+
+
+# ------------------------------------------------------------------ shrinking
+def shrink(events: Sequence[Event], fails: Callable[[Sequence[Event]], bool],
+           max_runs: int = 3000) -> list[Event]:
+    """Delta debugging (ddmin): drop chunks of events while ``fails`` stays true."""
+    current = list(events)
+    chunks = 2
+    runs = 0
+    while len(current) >= 2 and runs < max_runs:
+        size = -(-len(current) // chunks)
+        for start in range(0, len(current), size):
+            candidate = current[:start] + current[start + size:]
+            runs += 1
+            if fails(candidate):
+                current = candidate
+                chunks = max(chunks - 1, 2)
+                break
+        else:
+            if size == 1:
+                break
+            chunks = min(len(current), chunks * 2)
+    return current
+
+
+class _Runner:
+    """Runs traces against the implementation; shrinks and records failures."""
+
+    def __init__(self, impl: Impl, tie_mode: str, seed: int, out_dir: Path | None) -> None:
+        self.impl, self.tie_mode, self.seed, self.out_dir = impl, tie_mode, seed, out_dir
+        self.written = 0
+
+    def run(self, config: Config, servers: list[str], events: Sequence[Event],
+            origin: str) -> tuple[Divergence | None, Lockstep | None]:
+        random.seed(f"{self.seed}:{origin}")
+        oracle = oracle_config(config, self.tie_mode)
+        options = self.impl.options_for(config, impl_tie_option(config, self.tie_mode))
+        try:
+            instance = self.impl.build(servers, options)
+        except Exception as exc:
+            words = (f"the constructor refused a valid configuration {options}: "
+                     f"{type(exc).__name__}: {exc}")
+            return Divergence(-1, "construction", words, ("R-CFG-1",), ()), None
+        lockstep = Lockstep(self.impl, instance, oracle, servers, self.tie_mode)
+        return lockstep.feed(events), lockstep
+
+    def failure(self, suite: str, config: Config, servers: list[str], events: Sequence[Event],
+                origin: str, divergence: Divergence) -> Failure:
+        if divergence.index < 0:
+            return Failure(suite, origin, divergence, (), len(events), None)
+        prefix = list(events[: divergence.index + 1])
+        minimal = shrink(prefix, lambda ev: self.run(config, servers, ev, origin)[0] is not None)
+        final, lockstep = self.run(config, servers, minimal, origin)
+        if final is None or lockstep is None:  # flaky implementation: keep the prefix
+            minimal = prefix
+            final, lockstep = self.run(config, servers, minimal, origin)
+        assert final is not None
+        path = self._write(suite, origin, servers, lockstep, final) if lockstep else None
+        from .diagnosis import describe_event
+        return Failure(suite, origin, final, tuple(describe_event(e) for e in minimal),
+                       len(events), path)
+
+    def _write(self, suite: str, origin: str, servers: list[str], lockstep: Lockstep,
+               divergence: Divergence) -> str | None:
+        if self.out_dir is None:
+            return None
+        self.written += 1
+        name = f"check_{suite}_{self.written:03d}"
+        run = Scenario("regressions", name, f"affinity check {self.impl.spec} ({origin}): "
+                       f"{divergence.render()}", requirements=divergence.requirements,
+                       servers=servers, source="regression", config=lockstep.config)
+        for event in [*lockstep.fed, *([lockstep.current] if lockstep.current else [])]:
+            run.apply(event)
+        self.out_dir.mkdir(parents=True, exist_ok=True)
+        path = self.out_dir / f"{name}.json"
+        path.write_text(case_text(seal(run.build())), encoding="utf-8")
+        return str(path)
+
+
+def _rejection_options(impl: Impl, raw: dict[str, Any]) -> dict[str, Any] | None:
+    options: dict[str, Any] = {}
+    for key, value in raw.items():
+        if key != "dual_threshold":
+            options[key] = value
+        elif value is None:
+            continue
+        elif impl.gate_style == "object":
+            options["dual_threshold"] = value
+        elif isinstance(value, dict):
+            options.update(value)
+        else:
+            return None  # not expressible in balance_*_threshold keywords
+    options.setdefault("max_cache_size", 10000)
+    return options
+
+
+def _check_rejection(impl: Impl, case: Case, result: SuiteResult) -> None:
+    options = _rejection_options(impl, case.raw_config)
+    if options is None:
+        result.unsupported += 1
+        return
+    try:
+        impl.build(case.server_ids, options)
+    except Exception:
+        result.passed += 1
+        return
+    assert case.error is not None
+    what = (f"configuration {json.dumps(case.raw_config)}" if case.error["stage"] == "config"
+            else f"server list {case.server_ids!r}")
+    words = (f"the constructor accepted the {what}; the spec refuses it, naming "
+             f"{case.error['key']!r}")
+    result.failed += 1
+    result.failures.append(Failure(case.suite, f"vector {case.suite}/{case.name}.json",
+                                   Divergence(-1, "construction", words, case.requirements, ()),
+                                   (), 0, case.path))
+
+
+def _family_features(family: Family) -> set[str]:
+    needed = set(features_of(family.config(), [], []))
+    if family.unkeyed_percent:
+        needed.add("unkeyed")
+    if family.observe_percent:
+        needed.add("observe_loads")
+    return needed
+
+
+def run_check(spec: str, *, vectors_dir: Path = DEFAULT_VECTORS, tie_mode: str = "any",
+              budget: int = 200, seed: int = 1, ctor: str = "auto",
+              out_dir: Path | None = None, trace_length: int = TRACE_LENGTH,
+              suites: Sequence[str] | None = None) -> CheckReport:
+    """Check ``spec`` (``module:Class``); see the module docstring."""
+    started = time.monotonic()
+    impl = load_impl(spec, ctor)
+    cases = load_vectors(vectors_dir)
+    wanted = set(suites) if suites else None
+    results = {s: SuiteResult(s) for s in SUITES if wanted is None or s in wanted}
+    runner = _Runner(impl, tie_mode, seed, out_dir)
+    saved = random.getstate()
+    try:
+        for case in cases:
+            result = results.get(case.suite)
+            if result is None:
+                continue
+            missing = set(case.features) - impl.features
+            if missing:
+                result.unsupported += 1
+                result.missing |= missing
+            elif not case.valid:
+                _check_rejection(impl, case, result)
+            elif not _fresh(case):
+                result.unsupported += 1
+                result.missing.add("initial state injection")
+            else:
+                _run_case(runner, case, result)
+        families = [f for f in FAMILIES if f.suite in results
+                    and _family_features(f) <= impl.features]
+        failed_families: set[str] = set()
+        for i in range(budget if families else 0):
+            family = families[i % len(families)]
+            if family.name in failed_families:
+                continue
+            trace_seed = seed + i
+            events = random_trace(family, SplitMix64(trace_seed), trace_length)
+            origin = f"trace {family.name} seed {trace_seed}"
+            config, servers = family.config(), list(family.servers)
+            divergence, _ = runner.run(config, servers, events, origin)
+            result = results[family.suite]
+            if divergence is None:
+                result.traces_passed += 1
+                continue
+            failed_families.add(family.name)
+            result.traces_failed += 1
+            result.failures.append(runner.failure(family.suite, config, servers, events,
+                                                  origin, divergence))
+    finally:
+        random.setstate(saved)
+    return CheckReport(spec, impl.convention, sorted(impl.features), tie_mode, budget, seed,
+                       str(vectors_dir), results, time.monotonic() - started)
+
+
+def _run_case(runner: _Runner, case: Case, result: SuiteResult) -> None:
+    assert case.config is not None
+    origin = f"vector {case.suite}/{case.name}.json"
+    events = _events(case)
+    divergence, _ = runner.run(case.config, case.server_ids, events, origin)
+    if divergence is None:
+        result.passed += 1
+        return
+    result.failed += 1
+    result.failures.append(runner.failure(case.suite, case.config, case.server_ids, events,
+                                          origin, divergence))
+

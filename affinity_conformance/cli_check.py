@@ -1,0 +1,122 @@
+"""``affinity check IMPL``: is this balancer class a conforming implementation?
+
+Exit status: 0 every suite passes or is unsupported, 1 some suite fails, 2 bad input
+(IMPL, vectors or options), with a one-line message and no traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from .check import DEFAULT_VECTORS, TRACE_LENGTH, CheckReport, run_check
+from .impl_loader import CONVENTIONS, ImplError
+from .vector_format import SUITES, VectorError
+
+__all__ = ["FAILURES_SHOWN", "register", "render"]
+
+FAILURES_SHOWN = 3  # per suite in the text report
+
+_TIE_HELP = ("first: ties must go to the first least-loaded server in pool order (exact, "
+             "step for step); any: the implementation breaks ties its own way (e.g. verl "
+             "0.9.1's random.choice); each choice must be allowed by the spec and is fed "
+             "back to the reference (refinement, R-REL-2)")
+
+
+def register(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("impl", metavar="IMPL",
+                        help="module:Class or module:factory (or path/to/file.py:Class) with "
+                             "verl's balancer API")
+    parser.add_argument("--tie-break", choices=("first", "any"), default="any", help=_TIE_HELP)
+    parser.add_argument("--budget", type=_non_negative, default=200, metavar="N",
+                        help="generated random traces after the vectors (default 200)")
+    parser.add_argument("--seed", type=int, default=1,
+                        help="seed of the first generated trace (default 1; printed)")
+    parser.add_argument("--length", type=_positive, default=TRACE_LENGTH, metavar="N",
+                        help=f"events per generated trace (default {TRACE_LENGTH})")
+    parser.add_argument("--ctor", choices=CONVENTIONS, default="auto",
+                        help="constructor convention: verl (servers=, max_cache_size=, "
+                             "full_determinism=), pr7435 (+ affinity_break_margin=), kwargs "
+                             "(+ every option it accepts), yaml (servers, {router_class, ...}); "
+                             "auto tries kwargs, then yaml")
+    parser.add_argument("--vectors", type=Path, default=DEFAULT_VECTORS, metavar="DIR",
+                        help=f"vector directory (default {DEFAULT_VECTORS})")
+    parser.add_argument("--suite", action="append", choices=SUITES, metavar="SUITE",
+                        help="check only this suite (repeatable)")
+    parser.add_argument("--out", type=Path, default=Path("affinity-check-failures"),
+                        metavar="DIR", help="where failing minimal traces are written as vectors")
+    parser.add_argument("--json", action="store_true", help="print the report as JSON")
+    parser.set_defaults(run=run)
+
+
+def _non_negative(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {value}")
+    return value
+
+
+def _positive(text: str) -> int:
+    value = _non_negative(text)
+    if value == 0:
+        raise argparse.ArgumentTypeError("expected an integer >= 1, got 0")
+    return value
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        report = run_check(args.impl, vectors_dir=args.vectors, tie_mode=args.tie_break,
+                           budget=args.budget, seed=args.seed, ctor=args.ctor,
+                           out_dir=args.out, trace_length=args.length, suites=args.suite)
+    except (ImplError, VectorError) as exc:
+        print(f"affinity check: {exc}", file=sys.stderr)
+        return 2
+    if args.json:
+        print(json.dumps(report.to_json(), indent=2, sort_keys=True))
+    else:
+        print(render(report))
+    return 1 if report.verdict == "fail" else 0
+
+
+def render(report: CheckReport) -> str:
+    """The human-readable report."""
+    lines = [
+        f"affinity check {report.impl}",
+        f"  constructor: {report.convention}; features: {', '.join(report.features) or 'none'}",
+        f"  tie-break: {report.tie_mode}; vectors: {report.vectors_dir}; generated traces: "
+        f"{report.budget} (seed {report.seed})",
+        "",
+        f"  {'suite':<16}{'verdict':<13}{'vectors pass/fail/unsupported':<32} traces pass/fail",
+    ]
+    for name, r in report.suites.items():
+        if not (r.passed or r.failed or r.unsupported or r.traces_passed or r.traces_failed):
+            continue
+        verdict = r.verdict.upper() if r.verdict == "fail" else r.verdict
+        cases = f"{r.passed}/{r.failed}/{r.unsupported}"
+        if r.missing:
+            cases += f" (needs {', '.join(sorted(r.missing))})"
+        traces = (f"{r.traces_passed}/{r.traces_failed}"
+                  if r.traces_passed or r.traces_failed else "-")
+        lines.append(f"  {name:<16}{verdict:<13}{cases:<32} {traces}")
+    for r in report.suites.values():
+        for failure in r.failures[:FAILURES_SHOWN]:
+            d = failure.divergence
+            lines += ["", f"FAIL {failure.suite}: {failure.origin}"]
+            if failure.trace:
+                lines.append(f"  minimal trace ({len(failure.trace)} of "
+                             f"{failure.original_length} events): {'; '.join(failure.trace)}")
+            lines.append(f"  first divergence: {d.render() if d.index >= 0 else d.words}")
+            if failure.vector_path:
+                lines.append(f"  as a vector: {failure.vector_path}")
+        hidden = len(r.failures) - FAILURES_SHOWN
+        if hidden > 0:
+            lines += ["", f"... and {hidden} more {r.suite} failures (--json lists all)"]
+    failing = [n for n, r in report.suites.items() if r.verdict == "fail"]
+    lines += ["", f"verdict: {'FAIL (' + ', '.join(failing) + ')' if failing else 'pass'} "
+                  f"in {report.seconds:.1f}s"]
+    return "\n".join(lines)

@@ -1,0 +1,219 @@
+"""Explain a divergence in words, with the requirement ids it violates.
+
+Theory of operation
+-------------------
+When an implementation's choice differs from what the spec allows, the most useful
+report says *why the spec decided as it did*, from the spec's own view of the pre-state:
+how the acquire classifies (unkeyed, miss, kept hit, broken hit, removed-server hit),
+the loads, the band ``min + margin``, the pinned server, and the sticky map's recency
+order. Each class maps to the requirements that govern it, and a few recognisable
+mistakes are named outright:
+
+* a kept pin at exactly ``min + margin`` that the implementation moved: a strict ``<``
+  instead of the inclusive ``<=`` (R-KEEP-1);
+* a hit the implementation treated as a miss (it chose a least-loaded server instead of
+  the pin): it lost the entry -- usually recency not refreshed on lookup (R-LRU-2);
+* a miss the implementation routed to the id's old server: it kept an entry the spec
+  evicted (R-LRU-3, and R-LRU-2 for the refresh that decided the eviction order);
+* a different tie than the first in pool order under ``--tie-break first`` (R-TIE-2).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from affinity_core import Acquire, Config, Event, Lookup, State, classify, event_to_json
+
+__all__ = ["describe_event", "explain_acquire", "explain_counters", "explain_state_change"]
+
+
+def describe_event(event: Event) -> str:
+    data = event_to_json(event)
+    op = data.pop("op")
+    data.pop("tie_draw", None)
+    data.pop("request_hash", None)
+    if op == "acquire":
+        return f"acquire({data.get('request_id')!r})"
+    if op == "release":
+        rid = data.get("request_id")
+        return f"release({data['server_id']!r}" + (f", request_id={rid!r})" if rid else ")")
+    if op in ("add_servers", "remove_servers"):
+        return f"{op}({data['server_ids']!r})"
+    if op == "observe_loads":
+        return f"observe_loads({data['observed']!r})"
+    return f"{op}()"
+
+
+def _set(servers: Sequence[str]) -> str:
+    return "{" + ", ".join(servers) + "}"
+
+
+def explain_acquire(config: Config, pre: State, event: Acquire, chosen: str | None,
+                    permitted: Sequence[str], reference: str | None,
+                    evicted: Mapping[str, tuple[int, str]]) -> tuple[str, list[str]]:
+    """Words and requirement ids for an acquire whose outcome diverged."""
+    rid = event.request_id
+    lookup, pin = classify(config, pre, rid)
+    loads = dict(pre.pool.items())
+    low = pre.pool.min_load if loads else None
+    ties = [s for s in loads if loads[s] == low]
+    head = "IMPL raised instead of routing" if chosen is None else f"IMPL chose {chosen}"
+    if reference is not None:
+        spec = f"the spec requires {reference}"
+    elif len(permitted) == 1:
+        spec = f"the spec requires {permitted[0]}"
+    else:
+        spec = f"the spec allows {_set(permitted)}"
+    words = [f"{head}, {spec}"]
+    reqs: list[str] = []
+    margin = config.affinity_break_margin
+    if lookup is Lookup.UNKEYED:
+        words.append(f"an unkeyed request goes to a least-loaded server, loads {loads}")
+        reqs += ["R-ACQ-8", "R-PLACE-1"]
+    elif lookup is Lookup.HIT_REMOVED:
+        words.append(f"{rid!r} is pinned to removed server {pin}: the entry is deleted and "
+                     "the request placed anew")
+        reqs += ["R-ACQ-3", "R-POOL-4"]
+    elif lookup is Lookup.MISS:
+        if config.full_determinism:
+            words.append(f"{rid!r} has no sticky entry: placement ignores load "
+                         f"(hash mode {config.hash_mode.value})")
+            reqs += ["R-DET-1", "R-DET-2" if config.hash_mode.value == "caller" else "R-DET-3"]
+        else:
+            words.append(f"{rid!r} has no sticky entry: a least-loaded server, loads {loads}")
+            reqs += ["R-ACQ-4", "R-PLACE-1"]
+        if rid is not None and rid in evicted and chosen == evicted[rid][1]:
+            at, old = evicted[rid]
+            words.append(f"{rid!r} (pinned to {old}) was evicted at step {at + 1} because it "
+                         "was the least recently used entry; IMPL still routes it to "
+                         f"{old}, so it evicted a different entry: recency must follow "
+                         "lookups (sticky map oldest first: "
+                         f"{[k for k, _ in pre.lru.items()]})")
+            reqs += ["R-LRU-3", "R-LRU-2"]
+    elif lookup is Lookup.HIT_KEEP:
+        assert pin is not None
+        if config.full_determinism:
+            words.append(f"{rid!r} is pinned to {pin}: under full_determinism every hit keeps "
+                         "its pin")
+            reqs += ["R-DET-1", "R-DET-4"]
+        elif margin is not None:
+            bound = (low or 0) + margin
+            words.append(f"{rid!r} is pinned to {pin}, load {loads[pin]} <= min {low} + "
+                         f"margin {margin} = {bound}: the pin is kept (inclusive bound, loads "
+                         "read before the increment)")
+            reqs += ["R-KEEP-1", "R-KEEP-2"]
+        elif config.dual_threshold is not None:
+            words.append(f"{rid!r} is pinned to {pin}: the gate keeps it (pin on the minimum "
+                         "or pool not imbalanced)")
+            reqs += ["R-GATE-1"]
+        else:
+            words.append(f"{rid!r} is pinned to active {pin}: a sticky hit stays, whatever "
+                         "the load (margin null)")
+            reqs += ["R-ACQ-2", "R-LEG-1"]
+        moved_to_minimum = chosen is not None and chosen != pin and chosen in ties
+        on_edge = (margin is not None and not config.full_determinism
+                   and loads[pin] == (low or 0) + margin)
+        if moved_to_minimum and on_edge:
+            words.append("the pin sits exactly on the band's edge: a '<' comparison breaks "
+                         "here, the spec's '<=' keeps")
+        elif moved_to_minimum:
+            words.append(f"IMPL behaved as if {rid!r} had no sticky entry; the spec's sticky "
+                         f"map (oldest first) is {[k for k, _ in pre.lru.items()]}: a lookup "
+                         "must refresh recency, so a recently used entry is not evicted")
+            reqs += ["R-LRU-2", "R-LRU-3"]
+    else:  # HIT_BREAK
+        assert pin is not None
+        if margin is not None:
+            words.append(f"{rid!r} is pinned to {pin}, load {loads[pin]} > min {low} + margin "
+                         f"{margin} = {(low or 0) + margin}: the pin must move to a "
+                         "least-loaded server")
+            reqs += ["R-KEEP-1", "R-BREAK-1"]
+        else:
+            words.append(f"{rid!r} is pinned to {pin} in an imbalanced pool and not on the "
+                         "minimum: the gate re-pins to a least-loaded server")
+            reqs += ["R-GATE-1", "R-BREAK-1"]
+    if (chosen is not None and reference is not None and chosen != reference
+            and chosen in permitted):
+        words.append(f"{chosen} is tied at the minimum but the configured tie-break picks "
+                     f"{reference} (first in pool order); with random ties run "
+                     "--tie-break any")
+        reqs += ["R-TIE-2"]
+    return ": ".join(words[:2]) + ("; " + "; ".join(words[2:]) if words[2:] else ""), reqs
+
+
+_CHANGE_REQUIREMENTS = {
+    "release": ["R-RLS-1", "R-CONS-1"],
+    "add_servers": ["R-POOL-1", "R-POOL-2"],
+    "remove_servers": ["R-POOL-3"],
+    "clear_sticky_cache": ["R-CLR-1", "R-LRU-4"],
+    "observe_loads": ["R-OBS-1"],
+    "acquire": ["R-ACQ-7"],
+}
+_FIELD_REQUIREMENTS = {
+    "affinity_kept": ["R-CNT-1", "R-CNT-3"], "affinity_broken": ["R-CNT-1", "R-CNT-3"],
+    "sticky_entries": ["R-LRU-3", "R-LRU-5"], "registered_handles": ["R-STAT-1", "R-POOL-1"],
+    "unknown_leases": ["R-LEASE-3", "R-LEASE-6"], "stale_leases": ["R-LEASE-3", "R-LEASE-6"],
+    "external_loads": ["R-OBS-2"], "affinity_break_margin": ["R-STAT-1"],
+}
+
+
+def explain_state_change(op: str, field: str, expected: object,
+                         actual: object) -> tuple[str, list[str]]:
+    """Words and ids for an observation (status, clear result) that diverged."""
+    reqs = list(_CHANGE_REQUIREMENTS.get(op, []))
+    reqs += _FIELD_REQUIREMENTS.get(field, ["R-STAT-1"])
+    words = f"{field}: IMPL reports {actual!r}, the spec has {expected!r}"
+    if op == "release" and field in ("servers", "total_inflight"):
+        words += ("; a release of an unknown server or of a count at 0 changes nothing, "
+                  "otherwise it lowers exactly that count by one")
+    return words, reqs
+
+
+def explain_counters(config: Config, pre: State, event: Acquire, field: str,
+                     expected: Mapping[str, Any], actual: Mapping[str, Any],
+                     evicted: Mapping[str, tuple[int, str]]) -> tuple[str, list[str]]:
+    """An acquire that chose the right server but took a different sticky path.
+
+    ``expected``/``actual`` are the spec's and the implementation's status views. When both
+    report both counters, their sums tell a hit from a miss: equal sums mean the two agree
+    there was a sticky hit but not on keeping it (the keep rule); a different sum means
+    they disagree on whether the entry exists (the LRU).
+    """
+    lookup, pin = classify(config, pre, event.request_id)
+    rid = event.request_id
+    order = [k for k, _ in pre.lru.items()]
+    head = f"{field}: IMPL reports {actual.get(field)!r}, the spec has {expected.get(field)!r}"
+    keys = ("affinity_kept", "affinity_broken")
+    if not all(isinstance(actual.get(k), int) for k in keys):
+        return (f"{head} (the spec classifies this acquire as {lookup.value})",
+                ["R-CNT-1", "R-CNT-3"])
+    theirs = actual["affinity_kept"] + actual["affinity_broken"]
+    ours = expected["affinity_kept"] + expected["affinity_broken"]
+    if theirs == ours and lookup in (Lookup.HIT_KEEP, Lookup.HIT_BREAK):
+        assert pin is not None
+        decided = "kept" if lookup is Lookup.HIT_KEEP else "broken"
+        loads = dict(pre.pool.items())
+        words = (f"{head}: both saw a sticky hit on {pin}, but the spec's keep rule says "
+                 f"{decided} and IMPL counted the other (the re-pin landed on the same "
+                 f"server), loads {loads}")
+        margin = config.affinity_break_margin
+        reqs = ["R-KEEP-1", "R-CNT-1"] if margin is not None else ["R-GATE-1", "R-CNT-1"]
+        if margin is not None and loads[pin] == pre.pool.min_load + margin:
+            words += ("; the pin sits exactly on the band's edge: a '<' comparison breaks "
+                      "here, the spec's '<=' keeps")
+        return words, reqs
+    if theirs > ours:
+        why = (f"evicted at step {evicted[rid][0] + 1} as the least recently used entry"
+               if rid is not None and rid in evicted else "not in the sticky map")
+        return (f"{head}: IMPL counted a sticky hit for {rid!r}, which the spec has {why}: "
+                "IMPL kept an entry the spec evicted, so it evicted a different one; recency "
+                f"must follow lookups (spec's sticky map, oldest first: {order})",
+                ["R-LRU-2", "R-LRU-3", "R-CNT-1"])
+    if theirs < ours:
+        return (f"{head}: the spec has a sticky hit for {rid!r} (pinned to {pin}) that IMPL "
+                "did not count: IMPL lost the entry; a lookup must refresh recency so a "
+                f"recently used entry is not evicted (spec's sticky map, oldest first: {order})",
+                ["R-LRU-2", "R-LRU-3", "R-CNT-1"])
+    return (f"{head} (the spec classifies this acquire as {lookup.value})",
+            ["R-CNT-1", "R-CNT-3"])

@@ -1,0 +1,291 @@
+"""Run an implementation and the reference core side by side, event by event.
+
+Theory of operation
+-------------------
+:class:`Lockstep` holds one fresh implementation instance and the core state for one
+trace. For each event it calls the implementation's verl API, steps the core, and
+compares what verl's API lets anyone observe:
+
+* acquire: the returned server, or the exception (``no_servers`` must raise with verl's
+  exact text, which verl's callers match);
+* clear_sticky_cache: ``cleared_entries`` and ``server_loads`` (in pool order);
+* after every event, ``get_status()``: ``servers`` (order included), ``total_inflight``,
+  ``active_servers``, and -- where the implementation reports them --
+  ``registered_handles``, ``affinity_kept``, ``affinity_broken``,
+  ``affinity_break_margin``, ``sticky_entries``, the lease and external-load keys;
+* release, add and remove must not raise.
+
+Tie modes (R-REL-2):
+
+* ``first`` -- exact: the core runs with ``tie_break="first"`` (or ``"hashed"`` when the
+  case says so) and every choice must equal the core's;
+* ``any`` -- refinement: the core runs with ``tie_break="draw"``; a choice must be in
+  :func:`affinity_core.allowed`, and :func:`affinity_core.draw_for` feeds it back, so the
+  two states stay comparable after a random tie.
+
+Under ``full_determinism`` with ``hash_mode="caller"`` the core's ``request_hash`` is
+``hash(request_id)`` computed in this process -- the same process and the same salt the
+implementation's own ``hash()`` uses (verl 0.9.1 and Affinity's adapter both hash this
+way). The recorded ``request_hash`` of a vector is therefore ignored for implementations.
+
+:meth:`Lockstep.feed` returns the events as fed to the core (tie draws and hashes made
+explicit), so a failing trace can be written as a vector that replays exactly.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import attrs
+
+from affinity_core import (
+    NO_SERVERS_MESSAGE,
+    Acquire,
+    Acquired,
+    AddServers,
+    ClearStickyCache,
+    Config,
+    Event,
+    HashMode,
+    ObserveLoads,
+    Rejected,
+    RejectReason,
+    Release,
+    RemoveServers,
+    State,
+    StickyCacheCleared,
+    TieBreak,
+    allowed,
+    draw_for,
+    initial_state,
+    status,
+    step,
+)
+
+from .diagnosis import describe_event, explain_acquire, explain_counters, explain_state_change
+from .impl_loader import Impl
+
+__all__ = ["COMPARED_STATUS_KEYS", "Divergence", "Lockstep", "oracle_config"]
+
+COMPARED_STATUS_KEYS = ("servers", "total_inflight", "active_servers", "registered_handles",
+                        "affinity_kept", "affinity_broken", "affinity_break_margin",
+                        "sticky_entries", "unknown_leases", "stale_leases", "external_loads")
+_ALWAYS = ("servers", "total_inflight", "active_servers")
+
+
+@attrs.frozen
+class Divergence:
+    """The first step at which the implementation and the spec disagree."""
+
+    index: int  # 0-based position of the event in the trace
+    event: str  # the event in words
+    words: str
+    requirements: tuple[str, ...]
+    context: tuple[str, ...]  # the previous events in words (at most two)
+
+    def render(self) -> str:
+        before = f" (after {'; '.join(self.context)})" if self.context else ""
+        ids = ", ".join(self.requirements)
+        return f"step {self.index + 1} {self.event}{before}: {self.words} [{ids}]"
+
+
+def oracle_config(config: Config, tie_mode: str) -> Config:
+    """The core configuration that judges an implementation in ``tie_mode``."""
+    if config.tie_break is TieBreak.HASHED:
+        return config
+    wanted = TieBreak.FIRST if tie_mode == "first" else TieBreak.DRAW
+    return attrs.evolve(config, tie_break=wanted)
+
+
+def impl_tie_option(config: Config, tie_mode: str) -> str | None:
+    """The ``tie_break`` option to pass the implementation (if it takes one)."""
+    if config.tie_break is TieBreak.HASHED:
+        return "hashed"
+    return "first" if tie_mode == "first" else None
+
+
+def _server_of(result: Any) -> Any:
+    return result[0] if isinstance(result, tuple) and result else result
+
+
+def _as_pairs(value: Any) -> Any:
+    if isinstance(value, Mapping):
+        return [[k, v] for k, v in value.items()]
+    return value
+
+
+class Lockstep:
+    """One implementation instance and the core, fed the same events."""
+
+    def __init__(self, impl: Impl, instance: Any, config: Config, servers: Sequence[str],
+                 tie_mode: str, state: State | None = None) -> None:
+        self.impl, self.instance, self.config, self.tie_mode = impl, instance, config, tie_mode
+        self.state = state if state is not None else initial_state(config, servers)
+        self.fed: list[Event] = []
+        self.current: Event | None = None  # the event being applied, as the core sees it
+        self._descriptions: list[str] = []
+        self._evicted: dict[str, tuple[int, str]] = {}
+        self._pre: State = self.state  # the state before the current event
+
+    def _divergence(self, words: str, reqs: Sequence[str]) -> Divergence:
+        index = len(self._descriptions) - 1
+        return Divergence(index, self._descriptions[-1], words,
+                          tuple(dict.fromkeys(reqs)), tuple(self._descriptions[-3:-1]))
+
+    def feed(self, events: Sequence[Event]) -> Divergence | None:
+        for event in events:
+            found = self.apply(event)
+            if found is not None:
+                return found
+        return None
+
+    def apply(self, event: Event) -> Divergence | None:
+        self._descriptions.append(describe_event(event))
+        self.current = event
+        self._pre = self.state
+        found = self._acquire(event) if isinstance(event, Acquire) else self._other(event)
+        if found is not None:
+            return found
+        return self._compare_status(event)
+
+    # ----------------------------------------------------------------- acquire
+    def _acquire(self, event: Acquire) -> Divergence | None:
+        config, pre = self.config, self.state
+        if (config.full_determinism and config.hash_mode is HashMode.CALLER
+                and event.request_id is not None):
+            event = attrs.evolve(event, request_hash=hash(event.request_id))
+        if config.tie_break is not TieBreak.DRAW:
+            event = attrs.evolve(event, tie_draw=0)
+        self.current = event
+        permitted_set = allowed(config, pre, event)
+        permitted = [s for s, _ in pre.pool.items() if s in permitted_set]
+        try:
+            result: Any = self.instance.acquire_server(request_id=event.request_id)
+            chosen, raised = _server_of(result), None
+        except Exception as exc:
+            chosen, raised = None, exc
+        if not permitted:
+            t = step(config, pre, event)
+            assert isinstance(t.outcome, Rejected)
+            if raised is None:
+                return self._divergence(
+                    f"IMPL returned {chosen!r}, the spec rejects it ({t.outcome.reason.value}: "
+                    f"{t.outcome.message})",
+                    ["R-ACQ-5"] if t.outcome.reason is RejectReason.NO_SERVERS else ["R-ACQ-9"])
+            if (t.outcome.reason is RejectReason.NO_SERVERS
+                    and NO_SERVERS_MESSAGE not in str(raised)):
+                return self._divergence(
+                    f"IMPL raised {type(raised).__name__}({str(raised)!r}); the spec's "
+                    f"rejection carries verl's exact text {NO_SERVERS_MESSAGE!r}", ["R-ACQ-5"])
+            return self._advance(event, t.state, t.outcome)
+        reference_outcome = step(config, pre, event).outcome
+        assert isinstance(reference_outcome, Acquired)
+        reference = reference_outcome.server_id
+        random_tie = config.tie_break is TieBreak.DRAW or (
+            config.tie_break is TieBreak.HASHED and event.request_id is None)
+        exact = self.tie_mode == "first" or not random_tie
+        ok = chosen == reference if exact else chosen in permitted_set
+        if raised is not None or not ok:
+            words, reqs = explain_acquire(config, pre, event, chosen if raised is None else None,
+                                          permitted, reference if exact else None,
+                                          self._evicted)
+            if raised is not None:
+                words += f" (IMPL raised {type(raised).__name__}: {raised})"
+            return self._divergence(words, reqs)
+        if not exact:
+            event = _with_choice(config, pre, event, str(chosen))
+        t = step(config, pre, event)
+        return self._advance(event, t.state, t.outcome)
+
+    def _advance(self, event: Event, state: State, outcome: object) -> Divergence | None:
+        """Commit the step; never diverges (returns None so callers can return it)."""
+        if isinstance(outcome, Acquired) and outcome.evicted is not None:
+            old = self.state.lru.peek(outcome.evicted)
+            if old is not None:
+                self._evicted[outcome.evicted] = (len(self._descriptions) - 1, old)
+        self.fed.append(event)
+        self.state = state
+        return None
+
+    # ------------------------------------------------------------------ others
+    def _other(self, event: Event) -> Divergence | None:
+        inst = self.instance
+        op = describe_event(event).split("(", 1)[0]
+        try:
+            result: Any = None
+            if isinstance(event, Release):
+                if event.request_id is not None and self.impl.release_takes_request_id:
+                    inst.release_server(event.server_id, request_id=event.request_id)
+                else:
+                    inst.release_server(event.server_id)
+            elif isinstance(event, AddServers):
+                inst.add_servers(dict.fromkeys(event.server_ids))
+            elif isinstance(event, RemoveServers):
+                inst.remove_servers(list(event.server_ids))
+            elif isinstance(event, ObserveLoads):
+                inst.observe_loads(dict(event.observed))
+            elif isinstance(event, ClearStickyCache):
+                result = inst.clear_sticky_cache()
+        except Exception as exc:
+            return self._divergence(f"IMPL raised {type(exc).__name__}: {exc}; the spec "
+                                    "accepts every such event", _requirements_for(op))
+        t = step(self.config, self.state, event)
+        if isinstance(t.outcome, StickyCacheCleared):
+            expected = {"cleared_entries": t.outcome.cleared_entries,
+                        "server_loads": [list(p) for p in t.outcome.server_loads]}
+            if not isinstance(result, Mapping):
+                return self._divergence(f"clear_sticky_cache returned {result!r}, expected a "
+                                        f"dict like {expected}", ["R-CLR-1"])
+            for key, want in expected.items():
+                got = _as_pairs(result.get(key))
+                if got != want:
+                    words, reqs = explain_state_change(op, key, want, got)
+                    return self._divergence(words, reqs)
+        return self._advance(event, t.state, t.outcome)
+
+    # ------------------------------------------------------------------ status
+    def _compare_status(self, event: Event) -> Divergence | None:
+        try:
+            observed = self.instance.get_status()
+        except Exception as exc:
+            return self._divergence(f"get_status raised {type(exc).__name__}: {exc}",
+                                    ["R-STAT-1"])
+        if not isinstance(observed, Mapping):
+            return self._divergence(f"get_status returned {observed!r}, not a dict", ["R-STAT-1"])
+        spec = status(self.config, self.state)
+        op = describe_event(event).split("(", 1)[0]
+        for key in COMPARED_STATUS_KEYS:
+            if key not in observed and key not in _ALWAYS:
+                continue
+            if key == "external_loads" and key not in spec and not observed.get(key):
+                continue
+            got, want = _as_pairs(observed.get(key)), _as_pairs(spec.get(key))
+            if got == want:
+                continue
+            current = self.current
+            if (isinstance(current, Acquire) and key in ("affinity_kept", "affinity_broken",
+                                                         "sticky_entries")
+                    and isinstance(got, int) and isinstance(want, int)):
+                words, reqs = explain_counters(self.config, self._pre, current, key, spec,
+                                               observed, self._evicted)
+            else:
+                words, reqs = explain_state_change(op, key, want, got)
+            return self._divergence(words, reqs)
+        return None
+
+
+def _with_choice(config: Config, pre: State, event: Acquire, chosen: str) -> Acquire:
+    """The event whose tie draw makes the core pick ``chosen`` (refinement, R-REL-2)."""
+    if config.tie_break is TieBreak.DRAW:
+        fed = draw_for(config, pre, event, chosen)
+        assert fed is not None
+        return fed
+    ties = pre.pool.least_loaded_all()  # hashed tie-break, unkeyed: the draw decides
+    return attrs.evolve(event, tie_draw=ties.index(chosen)) if chosen in ties else event
+
+
+def _requirements_for(op: str) -> list[str]:
+    return {"release": ["R-RLS-1"], "add_servers": ["R-POOL-1"],
+            "remove_servers": ["R-POOL-3"], "clear_sticky_cache": ["R-CLR-1"],
+            "observe_loads": ["R-OBS-1"]}.get(op, ["R-OUT-1"])

@@ -1,0 +1,163 @@
+"""Balancers with verl's API for testing ``affinity check``: one right, two deliberately wrong.
+
+:class:`MiniBalancer` is a second, independent implementation of the spec (margin policy,
+first-in-pool-order ties, verl's error contract), written from spec/SPEC.md with an
+``OrderedDict`` as the LRU. It is the positive control: ``affinity check --tie-break
+first`` must pass it. Each broken class changes exactly one rule:
+
+* :class:`NoRefreshLruBalancer` (verl's constructor): a sticky hit does not refresh the
+  entry's recency, so the wrong entry is evicted when the map is full (R-LRU-2);
+* :class:`StrictMarginBalancer` (PR #7435's constructor): keeps a pin only while
+  ``load < min + margin`` -- the exclusive bound moves sessions sitting exactly on the
+  band's edge (R-KEEP-1).
+"""
+
+from __future__ import annotations
+
+import math
+from collections import OrderedDict
+from typing import Any
+
+NO_SERVERS = "No available servers in load balancer"
+
+
+def _margin(value: object) -> int | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ValueError(f"affinity_break_margin must be null or an integer >= 0, got {value!r}")
+    if isinstance(value, float) and (not math.isfinite(value) or not value.is_integer()):
+        raise ValueError(f"affinity_break_margin must be null or an integer >= 0, got {value!r}")
+    if value < 0:
+        raise ValueError(f"affinity_break_margin must be null or an integer >= 0, got {value!r}")
+    return int(value)
+
+
+class MiniBalancer:
+    """An independent spec implementation (legacy + margin, first-in-order ties)."""
+
+    def __init__(self, servers: dict[str, Any], max_cache_size: int = 10000,
+                 full_determinism: bool = False,
+                 affinity_break_margin: int | None = None) -> None:
+        if isinstance(max_cache_size, bool) or not isinstance(max_cache_size, int) \
+                or max_cache_size < 1:
+            raise ValueError(f"max_cache_size must be an integer >= 1, got {max_cache_size!r}")
+        if not isinstance(full_determinism, bool):
+            raise ValueError(f"full_determinism must be true or false, got {full_determinism!r}")
+        if any(not isinstance(s, str) or s == "" for s in servers):
+            raise ValueError(f"server ids must be non-empty strings, got {list(servers)!r}")
+        self._margin = _margin(affinity_break_margin)
+        self._capacity = max_cache_size
+        self._determinism = full_determinism
+        self._handles = dict(servers)
+        self._inflight = dict.fromkeys(servers, 0)
+        self._lru: OrderedDict[str, str] = OrderedDict()
+        self._kept = 0
+        self._broken = 0
+
+    # sticky map
+    def _lookup(self, request_id: str) -> str:
+        self._lru.move_to_end(request_id)
+        return self._lru[request_id]
+
+    def _store(self, request_id: str, server_id: str) -> None:
+        if request_id in self._lru:
+            self._lru[request_id] = server_id
+            self._lru.move_to_end(request_id)
+            return
+        while len(self._lru) >= self._capacity:
+            self._lru.popitem(last=False)
+        self._lru[request_id] = server_id
+
+    # policy
+    def _keep(self, pinned: str) -> bool:
+        if self._margin is None or self._determinism:
+            return True
+        return self._inflight[pinned] <= min(self._inflight.values()) + self._margin
+
+    def _least_loaded(self) -> str:
+        low = min(self._inflight.values())
+        return next(s for s, n in self._inflight.items() if n == low)
+
+    def acquire_server(self, request_id: str) -> tuple[str, Any]:
+        if request_id in self._lru:
+            pinned = self._lookup(request_id)
+            if pinned in self._inflight:
+                if self._keep(pinned):
+                    self._kept += 1
+                    chosen = pinned
+                else:
+                    self._broken += 1
+                    chosen = self._least_loaded()
+                    self._store(request_id, chosen)
+                self._inflight[chosen] += 1
+                return chosen, self._handles[chosen]
+            del self._lru[request_id]
+        if not self._inflight:
+            raise RuntimeError(NO_SERVERS)
+        if self._determinism:
+            pool = list(self._inflight)
+            chosen = pool[hash(request_id) % len(pool)]
+        else:
+            chosen = self._least_loaded()
+        self._store(request_id, chosen)
+        self._inflight[chosen] += 1
+        return chosen, self._handles[chosen]
+
+    def release_server(self, server_id: str, request_id: str | None = None) -> None:
+        if self._inflight.get(server_id, 0) > 0:
+            self._inflight[server_id] -= 1
+
+    def add_servers(self, servers: dict[str, Any]) -> None:
+        for sid, handle in servers.items():
+            self._inflight[sid] = 0
+            self._handles[sid] = handle
+
+    def remove_servers(self, server_ids: list[str]) -> None:
+        for sid in server_ids:
+            self._inflight.pop(sid, None)
+            self._handles.pop(sid, None)
+
+    def clear_sticky_cache(self) -> dict[str, Any]:
+        cleared = len(self._lru)
+        self._lru.clear()
+        return {"cleared_entries": cleared, "server_loads": dict(self._inflight)}
+
+    def get_all_servers(self) -> list[str]:
+        return list(self._inflight)
+
+    def get_total_inflight(self) -> int:
+        return sum(self._inflight.values())
+
+    def get_status(self) -> dict[str, Any]:
+        return {"servers": dict(self._inflight), "total_inflight": self.get_total_inflight(),
+                "active_servers": len(self._inflight), "registered_handles": list(self._handles),
+                "affinity_break_margin": self._margin, "affinity_kept": self._kept,
+                "affinity_broken": self._broken}
+
+
+class NoRefreshLruBalancer(MiniBalancer):
+    """verl's constructor; BUG: a sticky hit does not make the entry most recent."""
+
+    def __init__(self, servers: dict[str, Any], max_cache_size: int = 10000,
+                 full_determinism: bool = False) -> None:
+        super().__init__(servers, max_cache_size, full_determinism)
+
+    def _lookup(self, request_id: str) -> str:
+        return self._lru[request_id]
+
+
+class StrictMarginBalancer(MiniBalancer):
+    """PR #7435's constructor; BUG: keeps a pin only strictly inside the band."""
+
+    def _keep(self, pinned: str) -> bool:
+        if self._margin is None or self._determinism:
+            return True
+        return self._inflight[pinned] < min(self._inflight.values()) + self._margin
+
+
+class NotABalancer:
+    """Has no balancer methods (for the bad-IMPL test)."""
+
+    def __init__(self, servers: dict[str, Any]) -> None:
+        self.servers = servers
