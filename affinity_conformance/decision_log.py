@@ -152,7 +152,9 @@ def read_log(path: str | os.PathLike[str]) -> Iterator[LogRecord]:
         try:
             data = json.loads(raw)
         except json.JSONDecodeError as exc:
-            what = "truncated or corrupt" if last else "not valid JSON"
+            # Only a record after the header can be a crash's truncated tail; a file whose
+            # first line is not JSON is not a decision log at all.
+            what = "truncated or corrupt" if last and index > 1 else "not valid JSON"
             raise LogError(f"{name}:{index}: {what}: {exc.msg} at column {exc.colno}") from None
         if not isinstance(data, dict):
             raise LogError(f"{name}:{index}: expected a JSON object, got {type(data).__name__}")

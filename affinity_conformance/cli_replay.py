@@ -1,0 +1,75 @@
+"""``affinity replay LOG...``: validate NDJSON decision logs against the spec.
+
+Exit status: 0 every record matches the spec; 1 a record diverges (the first one is
+reported with the two records before it); 2 malformed input -- a file that cannot be
+read, is not a decision log, has a malformed line, or ends in a truncated line (unless
+``--allow-truncated``) -- with the file and line and what was expected, no traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from .log_replay import FileResult, LogError, replay_files
+
+__all__ = ["register"]
+
+
+def register(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("logs", nargs="+", type=Path, metavar="LOG",
+                        help="decision log files (a rotated set: each file is checked on its "
+                             "own; give them oldest first, e.g. log.2 log.1 log)")
+    parser.add_argument("--allow-truncated", action="store_true",
+                        help="accept a truncated last line (a writer that crashed mid-record); "
+                             "the records before it are still checked")
+    parser.add_argument("--json", action="store_true", help="print the result as JSON")
+    parser.set_defaults(run=run)
+
+
+def _as_json(results: list[FileResult]) -> list[dict[str, object]]:
+    out = []
+    for r in results:
+        item: dict[str, object] = {"file": r.path, "records": r.records,
+                                   "first_seq": r.first_seq, "last_seq": r.last_seq,
+                                   "truncated": r.truncated}
+        d = r.divergence
+        if d is not None:
+            item["divergence"] = {"line": d.line, "seq": d.seq, "event": d.event,
+                                  "problem": d.problem, "logged": d.logged,
+                                  "expected": d.expected, "context": list(d.context),
+                                  "requirements": list(d.requirements)}
+        out.append(item)
+    return out
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        results = replay_files(args.logs)
+    except LogError as exc:
+        print(f"affinity replay: malformed log: {exc}", file=sys.stderr)
+        return 2
+    diverged = next((r for r in results if r.divergence is not None), None)
+    truncated = [r for r in results if r.truncated]
+    code = 1 if diverged else (2 if truncated and not args.allow_truncated else 0)
+    if args.json:
+        print(json.dumps({"files": _as_json(results), "exit": code}, indent=2, sort_keys=True))
+        return code
+    for r in results:
+        if r.divergence is None:
+            span = "" if r.first_seq is None else f" (seq {r.first_seq}..{r.last_seq})"
+            print(f"{r.path}: {r.records} records match the spec{span}")
+        if r.truncated:
+            print(f"{r.path}: TRUNCATED: {r.truncated}; the {r.records} records before it "
+                  "match the spec", file=sys.stderr if not args.allow_truncated else sys.stdout)
+    if diverged is not None and diverged.divergence is not None:
+        print(f"DIVERGENCE after {diverged.records} matching records in {diverged.path}:",
+              file=sys.stderr)
+        print(diverged.divergence.render(), file=sys.stderr)
+        return 1
+    total = sum(r.records for r in results)
+    if code == 0:
+        print(f"ok: {total} records in {len(results)} file(s) match the spec")
+    return code

@@ -1,0 +1,227 @@
+"""Check NDJSON decision logs (``affinity_conformance.decision_log``) against the spec.
+
+Theory of operation
+-------------------
+Every log file is self-contained: its header holds the configuration and the full state
+before the file's first record, so each file of a rotated set is replayed on its own.
+For each record the reference core applies the logged event to the current state and
+three things must hold:
+
+1. ``seq`` is the previous record's plus one (the header's ``seq`` for the first) -- a
+   gap means a deleted record, a step back a reordered one;
+2. the logged ``outcome`` equals the core's exactly (canonical JSON);
+3. ``state_digest`` equals the digest of the core's next state.
+
+The logged event already carries everything the core needs: the adapter writes the
+``tie_draw`` it drew and the ``request_hash`` it computed. The first violation ends the
+file's replay (everything after it is built on a state the spec never reached) and is
+reported with the two records before it. Malformed input -- not JSON, a missing field,
+an undecodable config, state or event -- is a :class:`LogError` naming file and line;
+a last line without its newline is reported as a truncated log, the signature of a
+writer that died mid-record.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import attrs
+
+from affinity_core import (
+    Acquire,
+    CodecError,
+    Config,
+    ConfigError,
+    Event,
+    State,
+    allowed,
+    canonical_dumps,
+    config_from_json,
+    event_from_json,
+    outcome_to_json,
+    state_digest,
+    state_from_json,
+    step,
+)
+
+from .decision_log import LogError, LogRecord, read_log
+from .diagnosis import describe_event, explain_acquire
+
+__all__ = ["FileResult", "LogDivergence", "LogError", "replay_file", "replay_files"]
+
+
+@attrs.frozen
+class LogDivergence:
+    path: str
+    line: int
+    seq: Any
+    event: str
+    problem: str
+    logged: str
+    expected: str
+    context: tuple[str, ...]
+    requirements: tuple[str, ...]
+
+    def render(self) -> str:
+        lines = [f"{self.path}:{self.line} (seq {self.seq}): {self.event}: {self.problem}"]
+        for item in self.context:
+            lines.append(f"  before: {item}")
+        lines.append(f"  logged:   {self.logged}")
+        lines.append(f"  expected: {self.expected}")
+        if self.requirements:
+            lines.append(f"  requirements: {', '.join(self.requirements)}")
+        return "\n".join(lines)
+
+
+@attrs.frozen
+class FileResult:
+    path: str
+    records: int  # records that matched the spec
+    first_seq: int | None
+    last_seq: int | None
+    divergence: LogDivergence | None = None
+    truncated: str | None = None  # the reader's message when the last line is cut off
+
+
+def _header(path: str, data: dict[str, Any]) -> tuple[Config, State, int]:
+    try:
+        config = config_from_json(data.get("config"))
+    except CodecError as exc:
+        raise LogError(f"{path}:1: header config: {exc}") from None
+    try:
+        state = state_from_json(config, data.get("state"))
+    except (CodecError, ConfigError) as exc:
+        raise LogError(f"{path}:1: header state: {exc}") from None
+    seq = data.get("seq")
+    if isinstance(seq, bool) or not isinstance(seq, int) or seq < 0:
+        raise LogError(f"{path}:1: header seq must be an integer >= 0, got {seq!r}")
+    return config, state, seq
+
+
+def replay_file(path: str | os.PathLike[str]) -> FileResult:
+    """Replay one log file; raises :class:`LogError` for malformed input."""
+    name = os.fspath(path)
+    config: Config | None = None
+    state: State | None = None
+    expected_seq = 0
+    first: int | None = None
+    last: int | None = None
+    checked = 0
+    context: list[str] = []
+    records = read_log(name)
+    while True:
+        try:
+            record = next(records)
+        except StopIteration:
+            break
+        except LogError as exc:
+            if "truncated" in str(exc) and config is not None:
+                return FileResult(name, checked, first, last, truncated=str(exc))
+            raise
+        except IsADirectoryError:
+            raise LogError(f"{name}: is a directory, expected a log file") from None
+        except OSError as exc:
+            raise LogError(f"{name}: cannot read: {exc.strerror}") from None
+        except UnicodeDecodeError as exc:
+            raise LogError(f"{name}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
+        if record.is_header:
+            config, state, expected_seq = _header(name, record.data)
+            continue
+        assert config is not None and state is not None
+        data = record.data
+        seq = data["seq"]
+        try:
+            event = event_from_json(data["event"])
+        except CodecError as exc:
+            raise LogError(f"{name}:{record.line}: event: {exc}") from None
+        words = describe_event(event)
+        if seq != expected_seq:
+            later = _line_of_seq(records, expected_seq)
+            if later is not None:
+                why = f"records are out of order (seq {expected_seq} is at line {later})"
+            elif isinstance(seq, int) and seq > expected_seq:
+                why = f"record seq {expected_seq} is missing (deleted line?)"
+            else:
+                why = "records are out of order or repeated"
+            problem = f"seq {seq!r} where {expected_seq} was due: {why}"
+            return FileResult(name, checked, first, last, LogDivergence(
+                name, record.line, seq, words, problem, f"seq {seq!r}",
+                f"seq {expected_seq}", tuple(context[-2:]), ()))
+        t = step(config, state, event)
+        want = outcome_to_json(t.outcome)
+        if data["outcome"] != want:
+            problem, reqs = _explain_outcome(config, state, event, data["outcome"], want)
+            return FileResult(name, checked, first, last, LogDivergence(
+                name, record.line, seq, words, problem, _text(data["outcome"]), _text(want),
+                tuple(context[-2:]), tuple(reqs)))
+        digest = state_digest(t.state)
+        if data["state_digest"] != digest:
+            return FileResult(name, checked, first, last, LogDivergence(
+                name, record.line, seq, words,
+                "the outcome matches but the state after it does not (state_digest differs)",
+                str(data["state_digest"]), digest, tuple(context[-2:]), ("R-PURE-1",)))
+        state = t.state
+        checked += 1
+        first = seq if first is None else first
+        last = seq
+        expected_seq = seq + 1
+        context.append(f"seq {seq} {words} -> {_short(want)}")
+    return FileResult(name, checked, first, last)
+
+
+def _line_of_seq(records: Iterator[LogRecord], seq: int) -> int | None:
+    """The line of a later record with ``seq`` (consumes the iterator; errors ignored)."""
+    try:
+        for record in records:
+            if record.data.get("seq") == seq:
+                return record.line
+    except (LogError, OSError, UnicodeDecodeError):
+        pass
+    return None
+
+
+def _text(value: Any) -> str:
+    try:
+        return canonical_dumps(value)
+    except (TypeError, ValueError):
+        return repr(value)
+
+
+def _short(outcome: dict[str, Any]) -> str:
+    kind = outcome.get("kind")
+    if kind == "acquired":
+        return f"acquired {outcome.get('server_id')} ({outcome.get('path')})"
+    if kind == "released":
+        return f"released {outcome.get('server_id')} ({outcome.get('result')})"
+    if kind == "rejected":
+        return f"rejected ({outcome.get('reason')})"
+    return str(kind)
+
+
+def _explain_outcome(config: Config, state: State, event: Event, logged: Any,
+                     want: dict[str, Any]) -> tuple[str, list[str]]:
+    if (isinstance(event, Acquire) and isinstance(logged, dict)
+            and logged.get("kind") == "acquired" and want.get("kind") == "acquired"):
+        permitted_set = allowed(config, state, event)
+        permitted = [s for s, _ in state.pool.items() if s in permitted_set]
+        words, reqs = explain_acquire(config, state, event, logged.get("server_id"),
+                                      permitted, want["server_id"], {})
+        if logged.get("server_id") == want["server_id"]:
+            differing = sorted(k for k in {*want, *logged} if logged.get(k) != want.get(k))
+            words = f"the logged outcome differs in {differing}"
+            reqs = ["R-OUT-3"]
+        return words.replace("IMPL", "the log"), reqs
+    return "the logged outcome is not the spec's", ["R-OUT-1"]
+
+
+def replay_files(paths: Sequence[str | os.PathLike[str]]) -> list[FileResult]:
+    """Replay each file on its own, in the given order; stops at the first divergence."""
+    results = []
+    for path in paths:
+        result = replay_file(path)
+        results.append(result)
+        if result.divergence is not None:
+            break
+    return results

@@ -1,0 +1,203 @@
+"""``affinity replay``: a good decision log passes; tampered logs are pinpointed.
+
+Logs are written by the real writer (:class:`DecisionLogWriter`), once driven directly
+from the core and once by the verl adapter's ``decision_log`` option, then tampered with
+the ways that matter: a changed decision, a deleted line, swapped lines, a forged digest,
+a truncated last line, a broken header.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import attrs
+import pytest
+
+from affinity_cli.main import main
+from affinity_conformance.decision_log import DecisionLogWriter
+from affinity_conformance.log_replay import LogError, replay_file
+from affinity_core import (
+    Acquire,
+    AddServers,
+    ClearStickyCache,
+    Config,
+    Event,
+    Release,
+    RemoveServers,
+    initial_state,
+    step,
+)
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def write_log(path: Path, events: list[Event], config: Config, *,
+              max_bytes: int = 1 << 20) -> DecisionLogWriter:
+    writer = DecisionLogWriter(path, max_bytes=max_bytes, backups=5)
+    state = initial_state(config, ["s0", "s1", "s2"])
+    writer.start(config, state)
+    for event in events:
+        t = step(config, state, event)
+        writer.record(config, state, event, t.outcome, t.state)
+        state = t.state
+    writer.close()
+    return writer
+
+
+EVENTS: list[Event] = [
+    Acquire(request_id="a"), Acquire(request_id="b"), Acquire(request_id="a"),
+    Release(server_id="s0"), Acquire(request_id="a"), Acquire(request_id="c", tie_draw=1),
+    RemoveServers(server_ids=["s1"]), Acquire(request_id="b"), AddServers(server_ids=["s1"]),
+    ClearStickyCache(), Acquire(request_id="a"), Release(server_id="s9"),
+]
+CONFIG = Config(affinity_break_margin=0, max_cache_size=2, tie_break="draw")
+
+
+@pytest.fixture
+def good_log(tmp_path: Path) -> Path:
+    path = tmp_path / "decisions.ndjson"
+    write_log(path, EVENTS, CONFIG)
+    return path
+
+
+@attrs.frozen
+class Done:
+    returncode: int
+    stdout: str
+    stderr: str
+
+
+def replay(*args: str) -> Done:
+    """``affinity replay ARGS`` in process (the CLI's own entry point, output captured)."""
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = main(["replay", *args])
+    return Done(code, out.getvalue(), err.getvalue())
+
+
+def replay_subprocess(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "affinity_cli.main", "replay", *args],
+                          cwd=ROOT, capture_output=True, text=True, timeout=120)
+
+
+def _lines(path: Path) -> list[str]:
+    return path.read_text(encoding="utf-8").splitlines(keepends=True)
+
+
+def _write(path: Path, lines: list[str]) -> Path:
+    path.write_text("".join(lines), encoding="utf-8")
+    return path
+
+
+def test_good_log_passes(good_log: Path) -> None:
+    result = replay_file(good_log)
+    assert result.divergence is None and result.truncated is None
+    assert result.records == len(EVENTS) and (result.first_seq, result.last_seq) == (0, 11)
+    done = replay_subprocess(str(good_log))  # the installed entry point, end to end
+    assert done.returncode == 0, done.stderr
+    assert f"ok: {len(EVENTS)} records in 1 file(s) match the spec" in done.stdout
+
+
+def test_adapter_log_passes(tmp_path: Path) -> None:
+    from affinity_verl import AffinityLoadBalancer
+
+    path = tmp_path / "adapter.ndjson"
+    lb = AffinityLoadBalancer(servers=dict.fromkeys(["s0", "s1", "s2"]), tie_break="draw",
+                              affinity_break_margin=1, decision_log=str(path), seed=7)
+    for i in range(30):
+        sid, _ = lb.acquire_server(request_id="abcde"[i % 5])
+        if i % 4 == 0:
+            lb.release_server(sid)
+    lb.remove_servers(["s2"])
+    lb.add_servers({"s2": None})
+    lb.clear_sticky_cache()
+    lb.acquire_server(request_id="a")
+    assert replay(str(path)).returncode == 0
+
+
+def test_changed_decision_is_pinpointed(good_log: Path, tmp_path: Path) -> None:
+    lines = _lines(good_log)
+    record = json.loads(lines[3])  # seq 2: acquire("a"), a hit at margin 0: it breaks
+    assert record["event"] == {"op": "acquire", "request_id": "a"}
+    assert record["outcome"]["server_id"] == "s2" and record["outcome"]["path"] == "broken"
+    record["outcome"]["server_id"] = "s0"
+    lines[3] = json.dumps(record, sort_keys=True, separators=(",", ":")) + "\n"
+    done = replay(str(_write(tmp_path / "changed.ndjson", lines)))
+    assert done.returncode == 1
+    assert "changed.ndjson:4 (seq 2): acquire('a')" in done.stderr
+    assert "the log chose s0, the spec requires s2" in done.stderr
+    assert "before: seq 0 acquire('a')" in done.stderr and "before: seq 1" in done.stderr
+    assert "R-KEEP-1" in done.stderr and "Traceback" not in done.stderr
+
+
+def test_deleted_line_is_pinpointed(good_log: Path, tmp_path: Path) -> None:
+    lines = _lines(good_log)
+    del lines[5]
+    done = replay(str(_write(tmp_path / "deleted.ndjson", lines)))
+    assert done.returncode == 1
+    assert "deleted.ndjson:6 (seq 5)" in done.stderr and "seq 4 is missing" in done.stderr
+
+
+def test_reordered_lines_are_pinpointed(good_log: Path, tmp_path: Path) -> None:
+    lines = _lines(good_log)
+    lines[4], lines[5] = lines[5], lines[4]
+    done = replay(str(_write(tmp_path / "reordered.ndjson", lines)))
+    assert done.returncode == 1
+    assert "out of order (seq 3 is at line 6)" in done.stderr
+
+
+def test_forged_digest_is_pinpointed(good_log: Path, tmp_path: Path) -> None:
+    lines = _lines(good_log)
+    record = json.loads(lines[7])
+    record["state_digest"] = "0" * 64
+    lines[7] = json.dumps(record, sort_keys=True, separators=(",", ":")) + "\n"
+    done = replay(str(_write(tmp_path / "digest.ndjson", lines)))
+    assert done.returncode == 1 and "state_digest differs" in done.stderr
+    assert "digest.ndjson:8 (seq 6)" in done.stderr
+
+
+def test_truncated_log_is_reported_as_truncated(good_log: Path, tmp_path: Path) -> None:
+    text = good_log.read_text(encoding="utf-8")
+    cut = _write(tmp_path / "cut.ndjson", [text[:-25]])
+    done = replay(str(cut))
+    assert done.returncode == 2
+    assert "TRUNCATED" in done.stderr and "truncated last line" in done.stderr
+    assert f"the {len(EVENTS) - 1} records before it match the spec" in done.stderr
+    allowed = replay("--allow-truncated", str(cut))
+    assert allowed.returncode == 0 and f"ok: {len(EVENTS) - 1} records" in allowed.stdout
+
+
+def test_rotated_files_each_replay_alone(tmp_path: Path) -> None:
+    path = tmp_path / "rotating.ndjson"
+    events: list[Event] = [Acquire(request_id=f"r{i % 7}") for i in range(120)]
+    writer = write_log(path, events, Config(), max_bytes=4096)
+    files = writer.files()
+    assert len(files) >= 3
+    done = replay(*map(str, files))
+    assert done.returncode == 0, done.stderr
+    assert f"in {len(files)} file(s)" in done.stdout
+    assert replay(str(files[-1])).returncode == 0  # the newest file alone
+
+
+def test_bad_header_is_malformed_input(good_log: Path, tmp_path: Path) -> None:
+    lines = _lines(good_log)
+    header = json.loads(lines[0])
+    header["config"]["max_cache_size"] = 0
+    lines[0] = json.dumps(header) + "\n"
+    done = replay(str(_write(tmp_path / "header.ndjson", lines)))
+    assert done.returncode == 2
+    assert "header.ndjson:1: header config" in done.stderr and "max_cache_size" in done.stderr
+    with pytest.raises(LogError, match="header config"):
+        replay_file(tmp_path / "header.ndjson")
+
+
+def test_json_output(good_log: Path) -> None:
+    done = replay("--json", str(good_log))
+    data = json.loads(done.stdout)
+    assert done.returncode == 0 and data["exit"] == 0
+    assert data["files"][0]["records"] == len(EVENTS)
