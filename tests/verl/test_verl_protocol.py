@@ -43,9 +43,11 @@ def _public_methods(cls: type) -> dict[str, inspect.Signature]:
 
 
 def _parameters(signature: inspect.Signature) -> list[tuple[str, object]]:
+    # ray.remote(cls) wraps the methods of a class in place and adds a `_ray_trace_ctx`
+    # keyword once any test of the session has made an actor from it.
     return [
         (p.name, p.default) for p in signature.parameters.values()
-        if p.kind not in (p.VAR_KEYWORD, p.VAR_POSITIONAL)
+        if p.kind not in (p.VAR_KEYWORD, p.VAR_POSITIONAL) and p.name != "_ray_trace_ctx"
     ]
 
 
