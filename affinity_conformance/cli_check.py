@@ -91,18 +91,18 @@ def render(report: CheckReport) -> str:
         f"  tie-break: {report.tie_mode}; vectors: {report.vectors_dir}; generated traces: "
         f"{report.budget} (seed {report.seed})",
         "",
-        f"  {'suite':<16}{'verdict':<13}{'vectors pass/fail/unsupported':<32} traces pass/fail",
+        f"  {'suite':<16}{'verdict':<13}{'vectors p/f/u':<16}{'traces p/f':<13}"
+        "unsupported: needs",
     ]
     for name, r in report.suites.items():
         if not (r.passed or r.failed or r.unsupported or r.traces_passed or r.traces_failed):
             continue
         verdict = r.verdict.upper() if r.verdict == "fail" else r.verdict
         cases = f"{r.passed}/{r.failed}/{r.unsupported}"
-        if r.missing:
-            cases += f" (needs {', '.join(sorted(r.missing))})"
         traces = (f"{r.traces_passed}/{r.traces_failed}"
                   if r.traces_passed or r.traces_failed else "-")
-        lines.append(f"  {name:<16}{verdict:<13}{cases:<32} {traces}")
+        needs = ", ".join(sorted(r.missing))
+        lines.append(f"  {name:<16}{verdict:<13}{cases:<16}{traces:<13}{needs}".rstrip())
     for r in report.suites.values():
         for failure in r.failures[:FAILURES_SHOWN]:
             d = failure.divergence
@@ -110,7 +110,8 @@ def render(report: CheckReport) -> str:
             if failure.trace:
                 lines.append(f"  minimal trace ({len(failure.trace)} of "
                              f"{failure.original_length} events): {'; '.join(failure.trace)}")
-            lines.append(f"  first divergence: {d.render() if d.index >= 0 else d.words}")
+            where = d.render() if d.index >= 0 else f"{d.words} [{', '.join(d.requirements)}]"
+            lines.append(f"  first divergence: {where}")
             if failure.vector_path:
                 lines.append(f"  as a vector: {failure.vector_path}")
         hidden = len(r.failures) - FAILURES_SHOWN

@@ -113,8 +113,8 @@ def _run_event(config: Config, state: State, item: EventStep, path: str) -> Stat
     if item.event is None:
         try:
             event_from_json(item.raw_event)
-        except CodecError:
-            return state
+        except CodecError as exc:
+            return _names_key(path, item.index, item.error, exc) or state
         return Mismatch(path, item.index, f"event {item.raw_event!r} decoded, but the vector "
                         "says it must be rejected")
     event = item.event
@@ -140,9 +140,9 @@ def _run_rejection(case: Case) -> Mismatch | None:
     stage = case.error["stage"]
     try:
         config = config_from_json(case.raw_config)
-    except CodecError:
+    except CodecError as exc:
         if stage == "config":
-            return None
+            return _names_key(case.path, None, case.error, exc)
         return Mismatch(case.path, None, "the configuration was rejected, but the vector "
                         "expects the initial state to be the rejected part")
     if stage == "config":
@@ -150,7 +150,16 @@ def _run_rejection(case: Case) -> Mismatch | None:
                         f"the vector expects it rejected ({case.error})")
     try:
         state_from_json(config, case.raw_initial_state)
-    except (CodecError, ConfigError):
-        return None
+    except (CodecError, ConfigError) as exc:
+        return _names_key(case.path, None, case.error, exc)
     return Mismatch(case.path, None, f"initial state {case.raw_initial_state} was accepted; "
                     f"the vector expects it rejected ({case.error})")
+
+
+def _names_key(path: str, index: int | None, error: dict[str, Any] | None,
+               exc: Exception) -> Mismatch | None:
+    """R-CFG-1 / R-EV-2: the refusal's message must name the offending key."""
+    key = (error or {}).get("key", "")
+    if key and key not in str(exc):
+        return Mismatch(path, index, f"refused, but the message does not name {key!r}: {exc}")
+    return None

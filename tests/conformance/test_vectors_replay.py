@@ -129,3 +129,15 @@ def test_replay_is_independent_of_the_hash_seed() -> None:
                               capture_output=True, text=True, timeout=120, check=True)
         outputs.append(done.stdout.strip())
     assert outputs[0] == outputs[1] and len(outputs[0]) == 64
+
+
+def test_replay_requires_the_refusal_to_name_the_key() -> None:
+    def config_key(data: dict[str, Any]) -> None:
+        data["error"]["key"] = "tie_break"  # the refusal names max_cache_size
+    mismatch = run_case(_mutated("validation/config_cache_zero.json", config_key))
+    assert mismatch is not None and "does not name 'tie_break'" in mismatch.message
+
+    def event_key(data: dict[str, Any]) -> None:
+        data["steps"][1]["error"]["key"] = "server_ids"
+    mismatch = run_case(_mutated("validation/malformed_events_are_refused.json", event_key))
+    assert mismatch is not None and mismatch.step == 1
