@@ -49,7 +49,10 @@ __all__ = ["Proxy", "error_response"]
 
 # Request headers passed to the backend besides x-*: the rest are hop-by-hop or the
 # client's business with the router (Host, Content-Length are recomputed).
-_FORWARD_HEADERS = frozenset({"content-type", "authorization", "accept", "user-agent"})
+_FORWARD_HEADERS = frozenset({"content-type", "authorization", "accept", "accept-encoding",
+                              "user-agent"})
+# Response headers relayed to the client besides the router's own x-affinity-* tags.
+_RELAY_HEADERS = ("Content-Type", "Content-Encoding")
 _UPSTREAM_ERRORS = (aiohttp.ClientError, asyncio.TimeoutError)
 
 
@@ -172,17 +175,20 @@ class Proxy:
                 f"backend {sid} failed while sending its response: {exc!r}", "upstream_error",
                 tags)
         headers = dict(tags)
-        if "Content-Type" in upstream.headers:
-            headers["Content-Type"] = upstream.headers["Content-Type"]
+        for name in _RELAY_HEADERS:
+            if name in upstream.headers:
+                headers[name] = upstream.headers[name]
         return web.Response(status=upstream.status, body=data, headers=headers)
 
     async def _relay_stream(
         self, request: web.Request, upstream: aiohttp.ClientResponse, sid: str,
         tags: dict[str, str],
     ) -> web.StreamResponse:
-        response = web.StreamResponse(status=upstream.status, headers={
-            **tags, "Content-Type": upstream.headers["Content-Type"], "Cache-Control": "no-cache",
-        })
+        headers = {**tags, "Cache-Control": "no-cache"}
+        for name in _RELAY_HEADERS:
+            if name in upstream.headers:
+                headers[name] = upstream.headers[name]
+        response = web.StreamResponse(status=upstream.status, headers=headers)
         await response.prepare(request)
         chunks = upstream.content.iter_any().__aiter__()
         tail = b"\n\n"

@@ -91,8 +91,12 @@ class Router:
 
     async def start(self) -> int:
         """Bind and start serving; returns the bound port (useful with port 0)."""
+        # Bodies pass through as bytes: no decompression (the client's Accept-Encoding is
+        # forwarded and the backend's Content-Encoding relayed), no cookies, no env proxies.
         self._session = aiohttp.ClientSession(
-            connector=aiohttp.TCPConnector(limit=0, limit_per_host=0, ttl_dns_cache=300))
+            connector=aiohttp.TCPConnector(limit=0, limit_per_host=0, ttl_dns_cache=300),
+            cookie_jar=aiohttp.DummyCookieJar(), auto_decompress=False, trust_env=False,
+            skip_auto_headers=("Accept-Encoding", "User-Agent"))
         self._runner = web.AppRunner(self.app, access_log=None)
         await self._runner.setup()
         site = web.TCPSite(self._runner, self.options.host, self.options.port)

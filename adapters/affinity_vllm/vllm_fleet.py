@@ -73,7 +73,7 @@ def build_tiny_model(python: str, out_dir: Path, timeout: float = 300.0) -> Path
 class VllmFleet:
     def __init__(self, python: str, model_dir: Path, log_dir: Path, *, count: int = 2,
                  gpu_blocks: int = 64, max_num_seqs: int = 16, max_model_len: int = 1024,
-                 ready_timeout: float = 180.0) -> None:
+                 ready_timeout: float = 180.0, extra_env: dict[str, str] | None = None) -> None:
         self.python = python
         self.model_dir = model_dir
         self.log_dir = log_dir
@@ -82,6 +82,7 @@ class VllmFleet:
         self.max_num_seqs = max_num_seqs
         self.max_model_len = max_model_len
         self.ready_timeout = ready_timeout
+        self.extra_env = dict(extra_env or {})
         self.processes: list[subprocess.Popen[bytes]] = []
         self.startup_seconds: float | None = None
 
@@ -104,7 +105,8 @@ class VllmFleet:
                    "--max-model-len", str(self.max_model_len), "--dtype", "bfloat16",
                    "--max-num-seqs", str(self.max_num_seqs), "--seed", "0"]
             env = _env({"VLLM_CPU_KVCACHE_SPACE": "1",
-                        "VLLM_CPU_OMP_THREADS_BIND": str(index % (os.cpu_count() or 1))})
+                        "VLLM_CPU_OMP_THREADS_BIND": str(index % (os.cpu_count() or 1)),
+                        **self.extra_env})
             with open(self.log_path(index), "wb") as log:
                 self.processes.append(subprocess.Popen(
                     cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,

@@ -13,9 +13,11 @@ see byte-identical requests.
 long prefixes) among many *short* ones -- the load pattern under which a pin that never
 moves leaves one server busy while another idles.
 
-Prompts are token ids (what verl sends) or, for routers that only take text, the same
-ids spelled as words (``w123``), which the model's tokenizer turns into a stable token
-sequence, so prefix caching still sees identical prefixes turn after turn.
+Prompts are token ids (what verl sends) or, for routers that only take text, a text
+rendering of the same ids supplied by the caller (the benchmark asks vLLM's
+``/detokenize``; :func:`spell` is a model-free fallback). A rendering that maps a
+longer id list to an extension of the shorter one's text keeps prefixes identical turn
+after turn, so prefix caching still sees them.
 
 :func:`drive` runs the sessions against one base URL and returns one
 :class:`RequestResult` per request with its latency and the backend the router reported
@@ -27,7 +29,7 @@ from __future__ import annotations
 import asyncio
 import random
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import aiohttp
@@ -88,13 +90,17 @@ class RequestResult:
     error: str | None = None
 
 
+Render = Callable[[list[int]], str]
+
+
 async def _one_session(client: aiohttp.ClientSession, url: str, session: Session,
-                       slots: asyncio.Semaphore, max_tokens: int, text: bool,
+                       slots: asyncio.Semaphore, max_tokens: int, text: Render | None,
                        session_headers: Sequence[str], model: str,
                        results: list[RequestResult]) -> None:
     for turn in range(session.turns):
         tokens = session.prompt(turn)
-        body: dict[str, Any] = {"model": model, "prompt": spell(tokens) if text else tokens,
+        prompt: str | list[int] = tokens if text is None else text(tokens)
+        body: dict[str, Any] = {"model": model, "prompt": prompt,
                                 "max_tokens": max_tokens, "temperature": 0,
                                 "ignore_eos": True}
         headers = dict.fromkeys(session_headers, session.key)
@@ -115,10 +121,10 @@ async def _one_session(client: aiohttp.ClientSession, url: str, session: Session
 
 
 async def drive(url: str, sessions: Sequence[Session], *, concurrency: int = 8,
-                max_tokens: int = 16, text: bool = False,
+                max_tokens: int = 16, text: Render | None = None,
                 session_headers: Sequence[str] = ("x-session-id",), model: str = "tiny",
                 timeout: float = 600.0) -> list[RequestResult]:
-    """Run every session to completion through ``url``; results in completion order."""
+    """Run every session through ``url`` (text prompts if ``text`` renders them)."""
     results: list[RequestResult] = []
     slots = asyncio.Semaphore(concurrency)
     limits = aiohttp.TCPConnector(limit=concurrency * 2)

@@ -15,6 +15,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from affinity_cli.main import SUBCOMMANDS
 from affinity_conformance.decision_log import read_log
 from affinity_core import (
@@ -74,20 +76,47 @@ def test_decision_log_replays_exactly(tmp_path: Path) -> None:
     assert ops["observe_loads"] == 1
     assert ops["remove_servers"] == 1 and ops["add_servers"] == 1
     assert events == sum(ops.values())
-    if "replay" in SUBCOMMANDS and importlib.util.find_spec(SUBCOMMANDS["replay"][0]):
-        done = subprocess.run([sys.executable, "-m", "affinity_cli.main", "replay",
-                               str(path)], capture_output=True, text=True, timeout=120,
-                              check=False)
+    if _replay_command_available():
+        done = _affinity_replay(path)
         assert done.returncode == 0, done.stdout + done.stderr
+
+
+def _replay_command_available() -> bool:
+    return "replay" in SUBCOMMANDS and importlib.util.find_spec(
+        SUBCOMMANDS["replay"][0]) is not None
+
+
+def _affinity_replay(*paths: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "affinity_cli.main", "replay",
+                           *map(str, paths)], capture_output=True, text=True, timeout=120,
+                          check=False)
 
 
 def test_rotated_decision_log_files_each_replay_alone(tmp_path: Path) -> None:
     path = tmp_path / "decisions.ndjson"
     run(_workload(path, 4096))
-    files = sorted(tmp_path.iterdir())
+    files = sorted(tmp_path.iterdir(), key=lambda p: -int(p.suffix[1:]) if p.suffix[1:].isdigit()
+                   else 0)  # oldest (highest number) first, the live file last
     assert len(files) >= 2, files  # rotated at 4 KiB
     total = 0
     for file in files:
         events, _ = replay(file)
         total += events
     assert total > 0
+    if _replay_command_available():
+        done = _affinity_replay(*files)
+        assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_a_tampered_log_fails_replay(tmp_path: Path) -> None:
+    """Negative control: the replay checks really compare outcomes."""
+    path = tmp_path / "decisions.ndjson"
+    run(_workload(path, 64 << 20))
+    lines = path.read_text().splitlines(keepends=True)
+    index = next(i for i, line in enumerate(lines) if '"path":"kept"' in line)
+    lines[index] = lines[index].replace('"path":"kept"', '"path":"broken"')
+    path.write_text("".join(lines))
+    with pytest.raises(AssertionError):
+        replay(path)
+    if _replay_command_available():
+        assert _affinity_replay(path).returncode != 0

