@@ -223,9 +223,13 @@ def state_to_json(state: State) -> JSON:
     if book != LeaseBook():
         out["leases"] = {
             "held": sorted(
-                [rid, sid, epoch, count]
-                for (rid, sid), held in book.held.items()
-                for epoch, count in held
+                (
+                    [rid, sid, epoch, count]
+                    for (rid, sid), held in book.held.items()
+                    for epoch, count in held
+                ),
+                # Unkeyed leases (request id null) sort first; None and str don't compare.
+                key=lambda row: (row[0] is not None, row[0] or "", row[1], row[2]),
             ),
             "epochs": dict(sorted(book.epoch.items())),
             "next_epoch": book.next_epoch,

@@ -13,16 +13,8 @@ import pytest
 from affinity_conformance.trace_gen import FAMILIES, Family, SplitMix64, random_trace
 from affinity_core import initial_state, state_digest, state_from_json, state_to_json, step
 
-KNOWN_BUG = pytest.mark.xfail(
-    strict=True, raises=TypeError,
-    reason="affinity_core.codec.state_to_json sorts lease rows [request_id, server, epoch, "
-           "count] where request_id is None (unkeyed lease) next to strings: TypeError. "
-           "Reported to the core owner; remove this marker when fixed.")
 
-
-@pytest.mark.parametrize("family", [
-    pytest.param(f, id=f.name, marks=[KNOWN_BUG] if f.name == "leases" else [])
-    for f in FAMILIES])
+@pytest.mark.parametrize("family", [pytest.param(f, id=f.name) for f in FAMILIES])
 def test_reachable_states_round_trip(family: Family) -> None:
     config = family.config()
     for seed in range(60):
