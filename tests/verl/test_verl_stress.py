@@ -9,9 +9,9 @@ release fire-and-forget, exactly like verl 0.9.1's ``LLMServerClient``; it relea
 At the end:
 
 * nothing raised (any client or churn exception fails ``ray.get``);
-* the whole decision log -- every rotated file -- replays through the core with zero
-  divergences, starts at seq 0 and holds exactly one record per call that reached the
-  balancer;
+* the whole decision log -- every rotated file -- passes ``affinity replay`` (exit 0,
+  zero divergences), and the in-process replay confirms the files join up, start at seq 0
+  and hold exactly one record per call that reached the balancer;
 * lease mode: ``get_total_inflight() == 0``, and at *every* logged step each active
   server's count equals the requests really in flight on it since it (re)joined the pool,
   computed by an independent tracker from the client's side of the story (one request
@@ -24,6 +24,9 @@ At the end:
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -161,12 +164,21 @@ def test_stress_with_churn_and_full_log_replay(
     assert sum(churn_counts.values()) > 20, churn_counts  # the pool really churned
 
     assert len(files) >= 2, "the log should have rotated at least once"
+    replay = subprocess.run(
+        [sys.executable, "-m", "affinity_cli.main", "replay", "--json", *files],
+        capture_output=True, text=True, timeout=300, check=False,
+    )
+    assert replay.returncode == 0, replay.stdout + replay.stderr
+    checked = json.loads(replay.stdout)["files"]
+    assert [f["file"] for f in checked] == files
+    assert not [f for f in checked if "divergence" in f or f["truncated"]]
     truth = InFlightTruth(INITIAL)
     report = replay_decision_log(files, observer=truth if lease_accounting else None)
     assert report.divergences == ()
     assert report.first_seq == 0
     calls = 2 * CLIENTS * PAIRS_PER_CLIENT + sum(churn_counts.values())
     assert len(report.events) == calls
+    assert sum(f["records"] for f in checked) == calls
     assert report.final_state.pool.total == total
     assert report.final_state.affinity_kept == status["affinity_kept"]
 
