@@ -170,9 +170,13 @@ def render(latency: dict[str, list[float]], throughput: dict[tuple[str, int], li
         "|---|" + "---:|" * (len(names) + 2),
     ]
 
-    def row(label: str, values: dict[str, float], fmt: str) -> None:
+    def row(label: str, values: dict[str, float], fmt: str,
+            spread: dict[str, list[float]] | None = None) -> None:
         base = values["verl"]
         cells = [format(values[n], fmt) for n in names]
+        if spread is not None:
+            cells = [f"{c} ({min(spread[n]):{fmt}}–{max(spread[n]):{fmt}})"
+                     for c, n in zip(cells, names, strict=True)]
         ratios = [f"{values['affinity'] / base:.2f}", f"{values['affinity+log'] / base:.2f}"]
         lines.append(f"| {label} | " + " | ".join(cells + ratios) + " |")
 
@@ -181,7 +185,8 @@ def render(latency: dict[str, list[float]], throughput: dict[tuple[str, int], li
     row("acquire RPC p99 (ms)", {n: _percentile(s, 0.99) * 1e3 for n, s in latency.items()}, ".3f")
     for clients in sorted({k for _, k in throughput}):
         row(f"calls/s, {clients} client{'s' if clients > 1 else ''}",
-            {n: statistics.median(throughput[(n, clients)]) for n in names}, ".0f")
+            {n: statistics.median(throughput[(n, clients)]) for n in names}, ".0f",
+            {n: throughput[(n, clients)] for n in names})
     for _, values in sorted(in_process.items()):
         row(f"in-process µs per acquire+release, {values['sticky_entries']:,.0f} sticky entries",
             values, ".1f")
@@ -201,7 +206,7 @@ def render(latency: dict[str, list[float]], throughput: dict[tuple[str, int], li
         "trip dominates: the in-process rows show the CPU each decision costs on its own.",
         "",
         f"Latency: {len(latency['verl'])} sequential driver calls per variant, alternating "
-        "variants in rounds. Calls/s: median of rounds; in each, awaited acquires plus "
+        "variants in rounds. Calls/s: median (min–max) of rounds; in each, awaited acquires plus "
         "fire-and-forget releases from N client actors until a final awaited barrier. "
         "The in-process rows are the CPU cost of one acquire+release pair without Ray "
         "(fastest of 7 alternating batches). The decision log's cost per logged event is "
