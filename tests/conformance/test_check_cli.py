@@ -153,3 +153,26 @@ def test_cli_text_and_json_output(tmp_path: Path) -> None:
     assert data["suites"]["legacy"]["verdict"] == "pass"
     assert data["suites"]["margin"]["verdict"] == "unsupported"
     assert data["tie_break"] == "any" and data["seed"] == 1
+
+
+@pytest.mark.parametrize(("ctor", "margin_verdict"), [
+    ("yaml", "pass"), ("pr7435", "pass"), ("verl", "unsupported")])
+def test_constructor_conventions(tmp_path: Path, ctor: str, margin_verdict: str) -> None:
+    """verl's plug-in path (servers, yaml_dict), PR #7435's keywords, verl's keywords."""
+    report = run_check(ADAPTER, ctor=ctor, budget=20, out_dir=tmp_path,
+                       suites=["legacy", "margin"])
+    assert report.convention == ctor
+    assert report.suites["legacy"].verdict == "pass"
+    assert report.suites["margin"].verdict == margin_verdict
+
+
+def test_factory_function_is_accepted(tmp_path: Path) -> None:
+    factory = tmp_path / "factory.py"
+    factory.write_text(
+        "from affinity_verl import AffinityLoadBalancer\n\n"
+        "def make(servers, max_cache_size=10000, **options):\n"
+        "    return AffinityLoadBalancer(servers=servers, max_cache_size=max_cache_size,\n"
+        "                                **options)\n")
+    report = run_check(f"{factory}:make", budget=20, out_dir=tmp_path,
+                       suites=["legacy", "margin"])
+    assert report.verdict == "pass" and report.suites["margin"].passed >= 30
