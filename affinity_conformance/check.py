@@ -151,6 +151,12 @@ def load_vectors(root: Path) -> list[Case]:
                 raise VectorError(f"{path}: not listed in {MANIFEST_NAME} with this sha256 "
                                   "(regenerate with `affinity vectors generate`)")
         cases.append(case)
+    if manifest is not None:
+        on_disk = {str(p.relative_to(root)) for p in files}
+        absent = sorted(set(manifest["files"]) - on_disk)
+        if absent:
+            raise VectorError(f"{root / MANIFEST_NAME} lists {len(absent)} file(s) that are "
+                              f"missing, e.g. {absent[0]} (every listed case must be run)")
     return cases
 
 

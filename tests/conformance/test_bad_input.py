@@ -183,3 +183,12 @@ def test_log_path_problems(tmp_path: Path) -> None:
     binary.write_bytes(b"\xff\xfe\x00garbage\n")
     code, _, err = run("replay", str(binary))
     _assert_clean_error(code, err, "not UTF-8")
+
+
+def test_vector_listed_in_manifest_but_missing(tmp_path: Path) -> None:
+    tree = tmp_path / "vectors"
+    shutil.copytree(VECTORS, tree, ignore=shutil.ignore_patterns("README.md"))
+    (tree / "legacy" / "first_tie_avalanche.json").unlink()
+    code, _, err = _check(tree)
+    _assert_clean_error(code, err, "MANIFEST.json lists 1 file(s) that are missing",
+                        "legacy/first_tie_avalanche.json")
