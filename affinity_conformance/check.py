@@ -36,6 +36,7 @@ import attrs
 
 from affinity_core import Config, Event, initial_state
 
+from .diagnosis import describe_event
 from .generate import REPO_ROOT
 from .impl_loader import Impl, load_impl
 from .lockstep import Divergence, Lockstep, impl_tie_option, oracle_config
@@ -226,7 +227,6 @@ class _Runner:
             final, lockstep = self.run(config, servers, minimal, origin)
         assert final is not None
         path = self._write(suite, origin, servers, lockstep, final) if lockstep else None
-        from .diagnosis import describe_event
         return Failure(suite, origin, final, tuple(describe_event(e) for e in minimal),
                        len(events), path)
 

@@ -26,7 +26,15 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from affinity_core import Acquire, AddServers, ClearStickyCache, Event, Release, RemoveServers
+from affinity_core import (
+    Acquire,
+    AddServers,
+    ClearStickyCache,
+    Event,
+    Release,
+    RemoveServers,
+    config_from_json,
+)
 
 from .counterexamples import load_traces
 from .scenario import Scenario
@@ -84,7 +92,6 @@ def _enumeration_cases() -> list[dict[str, Any]]:
     servers = ("s0", "s1")
     out = []
     for suite, label, raw, reqs in configs:
-        from affinity_core import config_from_json
         config = config_from_json(raw)
         traces = list(enumerate_traces(alphabet, ENUM_LENGTH))
         for rank, index in enumerate(select_covering(config, servers, traces, ENUM_KEEP)):

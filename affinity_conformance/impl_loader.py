@@ -105,7 +105,8 @@ def _import_target(spec: str) -> tuple[Any, str]:
 
 
 def _verl_module_hint(spec: str) -> str | None:
-    """verl's router module imports torch via verl/__init__; load it the light way."""
+    """verl/__init__ imports torch; verl's router module is loaded without it
+    (:mod:`affinity_conformance.upstream`)."""
     if spec.split(":", 1)[0] == "verl.workers.rollout.router":
         return "verl"
     return None
@@ -199,11 +200,15 @@ def load_impl(spec: str, convention: str = "auto") -> Impl:
     if convention not in CONVENTIONS:
         raise ImplError(f"--ctor must be one of {', '.join(CONVENTIONS)}, got {convention!r}")
     if _verl_module_hint(spec) == "verl":
-        from .upstream import UpstreamUnavailable, load_upstream_balancer
+        from .upstream import UpstreamUnavailable, load_upstream_router_module
         try:
-            factory: Any = load_upstream_balancer()
+            module = load_upstream_router_module()
         except UpstreamUnavailable as exc:
             raise ImplError(f"IMPL {spec!r}: {exc}") from None
+        name = spec.split(":", 1)[1]
+        factory: Any = getattr(module, name, None)
+        if not callable(factory):
+            raise ImplError(f"IMPL {spec!r}: verl's router module has no class {name!r}")
     else:
         factory, _ = _import_target(spec)
     candidates = ["kwargs", "yaml"] if convention == "auto" else [convention]

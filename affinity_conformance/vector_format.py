@@ -29,7 +29,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -67,7 +67,6 @@ __all__ = [
     "load_manifest",
     "parse_case",
     "seal",
-    "sorted_unique",
     "vector_files",
 ]
 
@@ -331,7 +330,3 @@ def vector_files(root: str | os.PathLike[str]) -> list[Path]:
     """Every case file under ``root`` (``<suite>/<case>.json``), sorted."""
     base = Path(root)
     return sorted(p for p in base.glob("*/*.json") if p.parent.name != "schema")
-
-
-def sorted_unique(items: Sequence[str]) -> list[str]:
-    return sorted(set(items))
