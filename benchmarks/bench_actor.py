@@ -154,14 +154,16 @@ def measure_in_process(log_dir: Path, entries: int, rounds: int = 7,
 
 
 def render(latency: dict[str, list[float]], throughput: dict[tuple[str, int], list[float]],
-           in_process: dict[int, dict[str, float]], wall: float) -> str:
+           in_process: dict[int, dict[str, float]], wall: float,
+           load: tuple[float, float]) -> str:
     names = list(latency)
     lines = [
         SECTION,
         "",
         f"Measured by `benchmarks/bench_actor.py` on {platform.machine()} "
         f"({os.cpu_count()} CPUs, shared with other jobs), Python "
-        f"{platform.python_version()}, Ray {ray.__version__}; {wall:.0f} s in one run. "
+        f"{platform.python_version()}, Ray {ray.__version__}; {wall:.0f} s in one run; 1-minute "
+        f"load average {load[0]:.1f} at the start, {load[1]:.1f} at the end. "
         "`verl` is verl 0.9.1's `GlobalRequestLoadBalancer` from the wheel; `affinity` is "
         "`AffinityLoadBalancer` with verl's defaults; `affinity+log` adds the decision log. "
         "Ratios are affinity / verl (latency: lower is better; calls/s: higher is better).",
@@ -240,6 +242,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     started = time.perf_counter()
+    load_at_start = os.getloadavg()[0]
     ray.init(num_cpus=2, include_dashboard=False, object_store_memory=100 * 1024 * 1024,
              log_to_driver=False)
     try:
@@ -260,7 +263,8 @@ def main(argv: list[str] | None = None) -> int:
             in_process = {n: measure_in_process(log_dir, n) for n in (0, 1000, 10000)}
     finally:
         ray.shutdown()
-    text = render(latency, throughput, in_process, time.perf_counter() - started)
+    text = render(latency, throughput, in_process, time.perf_counter() - started,
+                  (load_at_start, os.getloadavg()[0]))
     print(text)
     if args.write:
         write_section(text)
