@@ -17,11 +17,11 @@ servers in turn:
 Every contender runs the identical seeded workload (:func:`affinity_vllm.workload.
 skewed_sessions`): a few long sessions among many short ones, each turn re-sending the
 session's growing history, at most ``--concurrency`` requests in flight. The servers have
-``--max-num-seqs`` batch slots each (default 4), so a request beyond them waits, as on a
+``--max-num-seqs`` batch slots each (default 2), so a request beyond them waits, as on a
 busy GPU, and a skewed placement costs queueing time. Before each run both servers'
 prefix caches are reset (``POST /reset_prefix_cache``, enabled by
 ``VLLM_SERVER_DEV_MODE=1``), so no contender inherits another's cache. ``--rounds`` runs
-(default 3) interleave the contenders, so a slow drift of a shared machine hits all of
+(default 5) interleave the contenders, so a slow drift of a shared machine hits all of
 them alike.
 
 Reported per contender:
@@ -221,15 +221,16 @@ class TextRenderer:
 
 # ---------------------------------------------------------------- measurements
 async def overhead(router_url: str, backends: list[str], pairs: int, text: bool,
-                   headers: tuple[str, ...]) -> tuple[list[float], list[float], list[float]]:
-    """Tiny sequential requests, alternating direct and routed calls in both orders.
-
-    Returns the paired differences (routed - direct) and both latency lists.
+                   headers: tuple[str, ...], workers: int = 1
+                   ) -> tuple[list[float], list[float], list[float]]:
+    """Tiny requests, alternating direct and routed calls in both orders, from ``workers``
+    concurrent loops. Returns the paired differences (routed - direct) and both latencies.
     """
     diffs: list[float] = []
     routed_all: list[float] = []
     direct_all: list[float] = []
-    async with aiohttp.ClientSession() as client:
+    connector = aiohttp.TCPConnector(limit=4 * workers)
+    async with aiohttp.ClientSession(connector=connector) as client:
         async def timed(url: str, i: int) -> float:
             tokens = [11 + (i * 7 + k) % 900 for k in range(8)]
             body = {"model": "tiny", "prompt": " ".join(f"w{t}" for t in tokens) if text
@@ -242,16 +243,20 @@ async def overhead(router_url: str, backends: list[str], pairs: int, text: bool,
                     raise RuntimeError(f"overhead request to {url} failed: {resp.status}")
             return time.perf_counter() - started
 
-        for i in range(pairs + 10):
-            direct_url = backends[i % len(backends)]
-            if i % 2:
-                routed, direct = await timed(router_url, i), await timed(direct_url, i)
-            else:
-                direct, routed = await timed(direct_url, i), await timed(router_url, i)
-            if i >= 10:  # the first pairs warm up connections and caches
-                diffs.append(routed - direct)
-                routed_all.append(routed)
-                direct_all.append(direct)
+        async def loop(worker: int) -> None:
+            for n in range(pairs // workers + 10):
+                i = n * workers + worker
+                direct_url = backends[i % len(backends)]
+                if n % 2:
+                    routed, direct = await timed(router_url, i), await timed(direct_url, i)
+                else:
+                    direct, routed = await timed(direct_url, i), await timed(router_url, i)
+                if n >= 10:  # the first pairs warm up connections and caches
+                    diffs.append(routed - direct)
+                    routed_all.append(routed)
+                    direct_all.append(direct)
+
+        await asyncio.gather(*(loop(w) for w in range(workers)))
     return diffs, routed_all, direct_all
 
 
@@ -261,11 +266,13 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[index]
 
 
-def summarise(c: Contender, rounds: list[dict[str, Any]], diffs: list[float],
-              direct: list[float], routed: list[float]) -> dict[str, Any]:
+def summarise(c: Contender, rounds: list[dict[str, Any]],
+              measured: dict[int, tuple[list[float], list[float], list[float]]]
+              ) -> dict[str, Any]:
     """Aggregate the rounds of one contender: Σhits/Σqueries, median makespan, pooled
     latency percentiles; overhead from the stub phase."""
     latencies = [lat for r in rounds for lat in r["latencies"]]
+    (_, (diffs, routed, direct)), (concurrent, (diffs_c, _, _)) = sorted(measured.items())
     queries = sum(r["queries"] for r in rounds)
     hits = sum(r["hits"] for r in rounds)
     return {
@@ -278,6 +285,8 @@ def summarise(c: Contender, rounds: list[dict[str, Any]], diffs: list[float],
         "p50_ms": 1000 * percentile(latencies, 0.5) if latencies else float("nan"),
         "p95_ms": 1000 * percentile(latencies, 0.95) if latencies else float("nan"),
         "overhead_ms": 1000 * statistics.median(diffs),
+        "overhead_concurrent_ms": 1000 * statistics.median(diffs_c),
+        "overhead_concurrency": concurrent,
         "overhead_medians_ms": [1000 * statistics.median(routed),
                                 1000 * statistics.median(direct)],
         "split": [sum(r["split"][i] for r in rounds) for i in range(len(rounds[0]["split"]))],
@@ -328,14 +337,17 @@ def one_round(c: Contender, backends: list[str], venv: Path, args: argparse.Name
 
 
 def measure_overhead(c: Contender, stubs: list[str], venv: Path, args: argparse.Namespace,
-                     log_dir: Path) -> tuple[list[float], list[float], list[float]]:
-    """Router in front of two zero-delay stub servers: (paired diffs, routed, direct)."""
+                     log_dir: Path) -> dict[int, tuple[list[float], list[float], list[float]]]:
+    """Router in front of two zero-delay stub servers: per client concurrency (1 and
+    ``--concurrency``), the paired differences and the routed and direct latencies."""
     port = free_port()
     url = f"http://127.0.0.1:{port}"
     proc = start_router(router_command(c, port, stubs, venv), url,
                         log_dir / f"overhead_{c.name.replace(' ', '_')}.log")
     try:
-        return asyncio.run(overhead(url, stubs, args.overhead_pairs, c.text, c.headers))
+        return {workers: asyncio.run(overhead(url, stubs, args.overhead_pairs, c.text,
+                                              c.headers, workers))
+                for workers in (1, args.concurrency)}
     finally:
         stop_router(proc)
 
@@ -368,13 +380,16 @@ class StubFleet:
 
 # --------------------------------------------------------------------- output
 def table(rows: list[dict[str, Any]]) -> str:
+    concurrency = rows[0]["overhead_concurrency"] if rows else 0
     lines = ["| Router / policy | Prompts | Hit rate | Makespan (s, median) | p50 (ms) "
-             "| p95 (ms) | Overhead (ms/req) | Split | Errors |",
-             "|---|---|---|---|---|---|---|---|---|"]
+             f"| p95 (ms) | Overhead (ms/req) | Overhead, {concurrency} clients (ms/req) "
+             "| Split | Errors |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         lines.append(
             f"| {r['name']} | {r['prompts']} | {r['hit_rate']:.3f} | {r['makespan_s']:.2f} "
             f"| {r['p50_ms']:.0f} | {r['p95_ms']:.0f} | {r['overhead_ms']:.2f} "
+            f"| {r['overhead_concurrent_ms']:.2f} "
             f"| {'/'.join(map(str, r['split']))} | {r['errors']} |")
     return "\n".join(lines)
 
@@ -392,7 +407,13 @@ def plot(rows: list[dict[str, Any]], path: Path) -> None:
               ("p95_ms", "p95 latency (ms)"), ("overhead_ms", "added overhead (ms/request)"))
     fig, axes = plt.subplots(1, 4, figsize=(18, 5.5), sharey=True)
     for ax, (key, title) in zip(axes, panels, strict=True):
-        ax.barh(range(len(rows)), [r[key] for r in rows], color=colours)
+        values = [r[key] for r in rows]
+        error = None
+        if key == "makespan_s":  # median bar, whiskers to the fastest and slowest round
+            error = [[v - min(r["makespans_s"]) for v, r in zip(values, rows, strict=True)],
+                     [max(r["makespans_s"]) - v for v, r in zip(values, rows, strict=True)]]
+            title += f", median of {rows[0]['rounds']} rounds"
+        ax.barh(range(len(rows)), values, color=colours, xerr=error, capsize=3)
         ax.set_title(title)
         ax.grid(axis="x", alpha=0.3)
     axes[0].set_yticks(range(len(rows)), names)
@@ -420,9 +441,11 @@ def run_all(contenders: list[Contender], backends: list[str], venv: Path,
     rows = []
     try:
         for c in contenders:
-            diffs, routed, direct = measure_overhead(c, stubs.urls, venv, args, log_dir)
-            rows.append(summarise(c, rounds[c.name], diffs, direct, routed))
-            print(f"{c.name}: overhead {rows[-1]['overhead_ms']:.2f} ms", flush=True)
+            measured = measure_overhead(c, stubs.urls, venv, args, log_dir)
+            rows.append(summarise(c, rounds[c.name], measured))
+            print(f"{c.name}: overhead {rows[-1]['overhead_ms']:.2f} ms sequential, "
+                  f"{rows[-1]['overhead_concurrent_ms']:.2f} ms at {args.concurrency} clients",
+                  flush=True)
     finally:
         stubs.stop()
     return rows
@@ -441,7 +464,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--overhead-only", action="store_true",
                         help="only the overhead phase on stub servers (no vLLM needed)")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--long-sessions", type=int, default=3)
+    parser.add_argument("--long-sessions", type=int, default=4)
     parser.add_argument("--short-sessions", type=int, default=24)
     parser.add_argument("--long-turns", type=int, default=16)
     parser.add_argument("--short-turns", type=int, default=3)
@@ -449,11 +472,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--short-prefix", type=int, default=256)
     parser.add_argument("--grow", type=int, default=24)
     parser.add_argument("--max-tokens", type=int, default=32)
-    parser.add_argument("--max-num-seqs", type=int, default=4,
+    parser.add_argument("--max-num-seqs", type=int, default=2,
                         help="vLLM batch slots per server: requests beyond it wait, as on a "
                         "busy GPU, so a skewed placement costs queueing time")
     parser.add_argument("--concurrency", type=int, default=8)
-    parser.add_argument("--rounds", type=int, default=3,
+    parser.add_argument("--rounds", type=int, default=5,
                         help="workload runs per contender, interleaved (median makespan)")
     parser.add_argument("--overhead-pairs", type=int, default=300)
     args = parser.parse_args(argv)
@@ -468,11 +491,12 @@ def main(argv: list[str] | None = None) -> int:
             stubs = StubFleet(Path(tmp))
             try:
                 for c in contenders:
-                    diffs, routed, direct = measure_overhead(c, stubs.urls, venv, args,
-                                                             Path(tmp))
-                    print(f"{c.name}: overhead {1000 * statistics.median(diffs):.3f} ms "
-                          f"(routed {1000 * statistics.median(routed):.3f} ms, direct "
-                          f"{1000 * statistics.median(direct):.3f} ms)", flush=True)
+                    for workers, (diffs, routed, direct) in measure_overhead(
+                            c, stubs.urls, venv, args, Path(tmp)).items():
+                        print(f"{c.name} ({workers} clients): overhead "
+                              f"{1000 * statistics.median(diffs):.3f} ms (routed "
+                              f"{1000 * statistics.median(routed):.3f} ms, direct "
+                              f"{1000 * statistics.median(direct):.3f} ms)", flush=True)
             finally:
                 stubs.stop()
         return 0

@@ -17,7 +17,7 @@ event is applied atomically without locks.
 * :meth:`remove` / :meth:`add` -- ``RemoveServers`` / ``AddServers`` for faults and
   health checks. With ``lease_accounting`` (the router's default) a request that was in
   flight on a server when it was removed releases a *stale* lease and cannot decrement
-  the fresh count of the re-added server (R-LEASE-*).
+  the fresh count of the re-added server (R-LEASE-5).
 * :meth:`observe` -- ``ObserveLoads`` from the scraped vLLM gauges (R-OBS-1).
 
 Each applied event is written to the decision log (if one is configured) with the

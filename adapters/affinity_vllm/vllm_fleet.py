@@ -172,8 +172,10 @@ class VllmFleet:
         self.stop()
 
 
-if __name__ == "__main__":  # manual smoke: python -m affinity_vllm.vllm_fleet MODEL_DIR
+if __name__ == "__main__":  # manual: python -m affinity_vllm.vllm_fleet MODEL_DIR [HOLD_S] [SEQS]
     py = vllm_python() or sys.exit("set AFFINITY_VLLM_PYTHON")
-    with VllmFleet(py, build_tiny_model(py, Path(sys.argv[1])), Path("/tmp/vllm-logs")) as f:
+    seqs = int(sys.argv[3]) if len(sys.argv) > 3 else 16
+    with VllmFleet(py, build_tiny_model(py, Path(sys.argv[1])), Path("/tmp/vllm-logs"),
+                   max_num_seqs=seqs, extra_env={"VLLM_SERVER_DEV_MODE": "1"}) as f:
         print("ready", f.urls, f"{f.startup_seconds:.1f}s", flush=True)
-        time.sleep(float(os.environ.get("HOLD", "5")))
+        time.sleep(float(sys.argv[2]) if len(sys.argv) > 2 else 5.0)
