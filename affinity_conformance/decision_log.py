@@ -7,13 +7,22 @@ A log is a sequence of files; each file is self-contained (R-LOG-1):
 * line 1, the header: ``{"format": "affinity-log/1", "config": {...}, "state": {...},
   "seq": n}`` -- the configuration and the full state *before* event ``n``, in the
   canonical codec of :mod:`affinity_core.codec`;
-* every further line: ``{"seq": n, "event": {...}, "outcome": {...}, "state_digest": h}``
-  -- the event the adapter applied, the outcome it acted on, and the SHA-256 digest of
-  the state after it.
+* every further line: ``{"seq": n, "event": {...}, "outcome": {...}, "summary": {...}}``
+  -- the event the adapter applied, the outcome it acted on, and a constant-size summary
+  of the state after it (``inflight_total``, ``affinity_kept``, ``affinity_broken``,
+  ``sticky_entries``);
+* on the first record of every file and then every ``digest_every`` records, also
+  ``"state_digest"``: the SHA-256 of the canonical JSON of the whole state after it.
+
+Why not a digest on every line: the full digest serializes the whole sticky map, so it
+costs time linear in the sticky entries; on every decision that made the log dominate the
+balancer (tens of milliseconds per call at 10k entries). The summary is O(1), and the
+periodic digest bounds how long a silent divergence of the sticky map can go unnoticed.
 
 Replaying a file means: decode the header, then for every line apply ``event`` with the
-reference core and compare the outcome and digest (:func:`replay_lines` yields the
-decoded records; the comparison lives in the replay command).
+reference core and compare the outcome, the summary and, where present, the digest
+(:func:`read_log` yields the decoded records; the comparison lives in
+:mod:`affinity_conformance.log_replay`).
 
 Durability: each record is one ``write`` of one complete line followed by ``flush``, so
 a crash can lose or truncate at most the last line, and a reader reports a truncated
@@ -45,9 +54,28 @@ from affinity_core import (
     state_to_json,
 )
 
-__all__ = ["LOG_FORMAT", "DecisionLogWriter", "LogError", "LogRecord", "read_log"]
+__all__ = [
+    "DEFAULT_DIGEST_EVERY",
+    "LOG_FORMAT",
+    "DecisionLogWriter",
+    "LogError",
+    "LogRecord",
+    "read_log",
+    "state_summary",
+]
 
 LOG_FORMAT = "affinity-log/1"
+DEFAULT_DIGEST_EVERY = 1024
+
+
+def state_summary(state: State) -> dict[str, int]:
+    """The constant-size part of a state every record carries."""
+    return {
+        "inflight_total": state.inflight_total,
+        "affinity_kept": state.affinity_kept,
+        "affinity_broken": state.affinity_broken,
+        "sticky_entries": len(state.lru),
+    }
 
 
 class LogError(ValueError):
@@ -65,11 +93,15 @@ class DecisionLogWriter:
     """Appends one canonical JSON line per event; rotates by size."""
 
     def __init__(self, path: str | os.PathLike[str], *, max_bytes: int = 64 << 20,
-                 backups: int = 3) -> None:
+                 backups: int = 3, digest_every: int = DEFAULT_DIGEST_EVERY) -> None:
         if max_bytes < 4096:
             raise ValueError(f"decision log max_bytes must be >= 4096, got {max_bytes}")
         if backups < 0:
             raise ValueError(f"decision log backups must be >= 0, got {backups}")
+        if digest_every < 1:
+            raise ValueError(f"decision log digest_every must be >= 1, got {digest_every}")
+        self.digest_every = digest_every
+        self._since_digest = 0
         self.path = Path(path)
         self.max_bytes = max_bytes
         self.backups = backups
@@ -87,6 +119,7 @@ class DecisionLogWriter:
             self._file.close()
         self._file = open(self.path, "w", encoding="utf-8")  # noqa: SIM115 (kept open)
         self._size = 0
+        self._since_digest = 0  # the first record of every file carries a full digest
         header = {"format": LOG_FORMAT, "config": config_to_json(config),
                   "state": state_to_json(state), "seq": self._seq}
         self._write_line(canonical_dumps(header))
@@ -103,15 +136,22 @@ class DecisionLogWriter:
         """Log one applied event (``pre`` is needed only when the file rotates)."""
         if self._file is None:
             self.start(config, pre)
-        line = canonical_dumps({
+        record: dict[str, Any] = {
             "seq": self._seq, "event": event_to_json(event),
-            "outcome": outcome_to_json(outcome), "state_digest": state_digest(post),
-        })
+            "outcome": outcome_to_json(outcome), "summary": state_summary(post),
+        }
+        if self._since_digest % self.digest_every == 0:
+            record["state_digest"] = state_digest(post)
+        line = canonical_dumps(record)
         if self._size + len(line) + 1 > self.max_bytes:
             self._rotate()
             self._open_new(config, pre)
+            if "state_digest" not in record:
+                record["state_digest"] = state_digest(post)
+                line = canonical_dumps(record)
         self._write_line(line)
         self._seq += 1
+        self._since_digest += 1
 
     def _rotate(self) -> None:
         assert self._file is not None
@@ -164,7 +204,7 @@ def read_log(path: str | os.PathLike[str]) -> Iterator[LogRecord]:
                                f"got {data.get('format')!r}")
             yield LogRecord(index, data, True)
             continue
-        missing = [k for k in ("seq", "event", "outcome", "state_digest") if k not in data]
+        missing = [k for k in ("seq", "event", "outcome", "summary") if k not in data]
         if missing:
             raise LogError(f"{name}:{index}: record is missing {missing}")
         yield LogRecord(index, data, False)

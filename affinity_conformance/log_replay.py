@@ -10,7 +10,8 @@ three things must hold:
 1. ``seq`` is the previous record's plus one (the header's ``seq`` for the first) -- a
    gap means a deleted record, a step back a reordered one;
 2. the logged ``outcome`` equals the core's exactly (canonical JSON);
-3. ``state_digest`` equals the digest of the core's next state.
+3. ``summary`` equals the core's next state's summary (``state_summary``), and where
+   the record carries one, ``state_digest`` equals the digest of the core's next state.
 
 The logged event already carries everything the core needs: the adapter writes the
 ``tie_draw`` it drew and the ``request_hash`` it computed. The first violation ends the
@@ -46,7 +47,7 @@ from affinity_core import (
     step,
 )
 
-from .decision_log import LogError, LogRecord, read_log
+from .decision_log import LogError, LogRecord, read_log, state_summary
 from .diagnosis import describe_event, explain_acquire
 
 __all__ = ["FileResult", "LogDivergence", "LogError", "replay_file", "replay_files"]
@@ -156,12 +157,20 @@ def replay_file(path: str | os.PathLike[str]) -> FileResult:
             return FileResult(name, checked, first, last, LogDivergence(
                 name, record.line, seq, words, problem, _text(data["outcome"]), _text(want),
                 tuple(context[-2:]), tuple(reqs)))
-        digest = state_digest(t.state)
-        if data["state_digest"] != digest:
+        summary = state_summary(t.state)
+        if data["summary"] != summary:
             return FileResult(name, checked, first, last, LogDivergence(
                 name, record.line, seq, words,
-                "the outcome matches but the state after it does not (state_digest differs)",
-                str(data["state_digest"]), digest, tuple(context[-2:]), ("R-PURE-1",)))
+                "the outcome matches but the state after it does not (summary differs)",
+                _text(data["summary"]), _text(summary), tuple(context[-2:]), ("R-PURE-1",)))
+        if "state_digest" in data:
+            digest = state_digest(t.state)
+            if data["state_digest"] != digest:
+                return FileResult(name, checked, first, last, LogDivergence(
+                    name, record.line, seq, words,
+                    "the outcome matches but the state after it does not "
+                    "(state_digest differs)",
+                    str(data["state_digest"]), digest, tuple(context[-2:]), ("R-PURE-1",)))
         state = t.state
         checked += 1
         first = seq if first is None else first

@@ -168,7 +168,7 @@ def test_log_record_missing_fields(tmp_path: Path) -> None:
 
 def test_log_record_with_bad_event(tmp_path: Path) -> None:
     path = tmp_path / "log.ndjson"
-    record = {"seq": 0, "event": {"op": "teleport"}, "outcome": {}, "state_digest": "x"}
+    record = {"seq": 0, "event": {"op": "teleport"}, "outcome": {}, "summary": {}}
     path.write_text(_header() + json.dumps(record) + "\n")
     code, _, err = run("replay", str(path))
     _assert_clean_error(code, err, "log.ndjson:2: event", "event.op must be one of")

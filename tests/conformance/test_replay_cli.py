@@ -151,6 +151,16 @@ def test_reordered_lines_are_pinpointed(good_log: Path, tmp_path: Path) -> None:
     assert "out of order (seq 3 is at line 6)" in done.stderr
 
 
+def test_forged_summary_is_pinpointed(good_log: Path, tmp_path: Path) -> None:
+    lines = _lines(good_log)
+    record = json.loads(lines[6])
+    record["summary"]["inflight_total"] += 1
+    lines[6] = json.dumps(record, sort_keys=True, separators=(",", ":")) + "\n"
+    done = replay(str(_write(tmp_path / "summary.ndjson", lines)))
+    assert done.returncode == 1 and "summary differs" in done.stderr
+    assert "summary.ndjson:7 (seq 5)" in done.stderr
+
+
 def test_forged_digest_is_pinpointed(good_log: Path, tmp_path: Path) -> None:
     lines = _lines(good_log)
     record = json.loads(lines[7])

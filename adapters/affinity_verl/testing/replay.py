@@ -4,8 +4,8 @@ Theory of operation
 -------------------
 A decision log (:mod:`affinity_conformance.decision_log`) is a sequence of files, each
 opening with a header (config, full state, first ``seq``) followed by one record per
-event (event, outcome, digest of the state after). :func:`replay_decision_log` checks a
-whole log, given its files oldest first:
+event (event, outcome, summary and periodic digest of the state after).
+:func:`replay_decision_log` checks a whole log, given its files oldest first:
 
 * every file replays alone from its header;
 * the files join up: each header's ``seq`` continues the previous file and its state has
@@ -24,7 +24,7 @@ from collections.abc import Callable, Sequence
 
 import attrs
 
-from affinity_conformance.decision_log import read_log
+from affinity_conformance.decision_log import read_log, state_summary
 from affinity_core import (
     Config,
     Event,
@@ -98,7 +98,9 @@ def replay_decision_log(
                     f"{where}: outcome {data['outcome']} but the core gives "
                     f"{outcome_to_json(transition.outcome)}"
                 )
-            if state_digest(transition.state) != data["state_digest"]:
+            if state_summary(transition.state) != data["summary"]:
+                divergences.append(f"{where}: state summary differs after {data['event']}")
+            if "state_digest" in data and state_digest(transition.state) != data["state_digest"]:
                 divergences.append(f"{where}: state digest differs after {data['event']}")
             state = transition.state
             if observer is not None:
