@@ -9,7 +9,10 @@ Ray (the rest of :mod:`affinity_verl` does not).
   actor, loaded from the installed wheel without torch;
 * :mod:`.load` -- ``SessionClient`` (verl's acquire / fire-and-forget release pattern)
   and ``PoolChurn`` (random add / remove / clear);
-* :mod:`.replay` -- replays a decision log through the core and reports divergences.
+* :mod:`.driving` -- ``call`` and ``set_loads`` for driving a balancer actor;
+* :mod:`.replay` -- replays a rotated decision log through the core in-process, checks
+  that its files join up, and hands every intermediate state to an observer (the
+  ``affinity replay`` command checks each file on its own).
 """
 
 from __future__ import annotations
