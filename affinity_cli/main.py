@@ -1,8 +1,9 @@
 """``affinity``: one console command, one subcommand per job.
 
 Subcommands register themselves through :data:`SUBCOMMANDS`: each entry names a module
-with ``register(subparsers)``. Modules are imported lazily, so ``affinity --help`` stays
-fast and a missing optional extra only affects its own subcommand.
+with ``register(parser)``. Only the module of the subcommand being run is imported, so
+``affinity --help`` stays fast, a missing optional extra affects only its own
+subcommand, and a broken module cannot take the other commands down with it.
 """
 
 from __future__ import annotations
@@ -28,7 +29,16 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
 }
 
 
-def build_parser() -> argparse.ArgumentParser:
+def _chosen(argv: Sequence[str]) -> str | None:
+    """The subcommand named in ``argv`` (the first argument that is not an option)."""
+    for arg in argv:
+        if not arg.startswith("-"):
+            return arg if arg in SUBCOMMANDS else None
+    return None
+
+
+def build_parser(argv: Sequence[str] = ()) -> argparse.ArgumentParser:
+    """The parser; the subcommand named in ``argv`` (if any) gets its full options."""
     parser = argparse.ArgumentParser(
         prog="affinity",
         description=(
@@ -37,20 +47,24 @@ def build_parser() -> argparse.ArgumentParser:
         ),
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    chosen = _chosen(argv)
     for name, (module, help_text) in SUBCOMMANDS.items():
+        child = sub.add_parser(name, help=help_text, description=help_text)
+        if name != chosen:
+            continue
         try:
             mod = importlib.import_module(module)
-        except ImportError as exc:
-            stub = sub.add_parser(name, help=f"{help_text} (unavailable: {exc})")
-            stub.set_defaults(_unavailable=str(exc))
+        except Exception as exc:  # any import failure is reported, never a traceback
+            child.set_defaults(_unavailable=f"{type(exc).__name__}: {exc}")
             continue
-        mod.register(sub.add_parser(name, help=help_text, description=help_text))
+        mod.register(child)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
+    args_list = list(sys.argv[1:] if argv is None else argv)
+    parser = build_parser(args_list)
+    args = parser.parse_args(args_list)
     if args.command is None:
         parser.print_help()
         return 2

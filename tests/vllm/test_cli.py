@@ -24,7 +24,7 @@ _FLAG_OF = {"backends": "--backend", "lease_accounting": "--no-lease-accounting"
 
 
 def _help() -> str:
-    parser = build_parser()
+    parser = build_parser(["serve"])
     sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
     serve: argparse.ArgumentParser = sub.choices["serve"]
     return serve.format_help()
@@ -40,7 +40,7 @@ def test_help_documents_every_option() -> None:
 
 
 def test_args_map_onto_options() -> None:
-    parser = build_parser()
+    parser = build_parser(["serve"])
     args = parser.parse_args([
         "serve", "--backend", "http://127.0.0.1:1/", "--backend", "http://localhost:2",
         "--margin", "2", "--tie-break", "hashed", "--session-body-field", "user",
@@ -52,7 +52,7 @@ def test_args_map_onto_options() -> None:
     assert not options.lease_accounting
     config = options.core_config()
     assert config.affinity_break_margin == 2 and not config.lease_accounting
-    assert build_parser().parse_args(
+    assert build_parser(["serve"]).parse_args(
         ["serve", "--backend", "http://h:1", "--margin", "none"]).margin is None
 
 
