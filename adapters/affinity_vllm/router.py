@@ -46,12 +46,13 @@ from .options import RouterOptions
 from .proxy import Proxy, error_response
 from .routing import RoutingTable
 
-__all__ = ["MAX_HEADERS", "MAX_SESSION_KEY_CHARS", "Router", "serve_forever"]
+__all__ = ["MAX_HEADERS", "MAX_SESSION_KEY_CHARS", "MODELS_KEY", "Router", "serve_forever"]
 
 log = logging.getLogger("affinity_vllm.router")
 
 MAX_HEADERS = 128
 MAX_SESSION_KEY_CHARS = 1024
+MODELS_KEY = "GET /v1/models"
 ROUTES = ("POST /v1/completions", "POST /v1/chat/completions", "GET /v1/models",
           "GET /metrics", "GET /status", "GET /health")
 
@@ -217,7 +218,10 @@ class Router:
         return await self._forward(request, body, key, started)
 
     async def _models(self, request: web.Request) -> web.StreamResponse:
-        return await self._forward(request, None, None, time.perf_counter())
+        # A listing is routed like an unkeyed request; full determinism refuses unkeyed
+        # acquires, so there it takes one fixed key (one sticky entry, a stable backend).
+        key = MODELS_KEY if self.options.full_determinism else None
+        return await self._forward(request, None, key, time.perf_counter())
 
     async def _forward(self, request: web.Request, body: bytes | None, key: str | None,
                        started: float) -> web.StreamResponse:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator
 
-from .fleet import Fleet, fleet, run
+from .fleet import Fleet, fleet, run, settle
 
 
 async def _raw_request(f: Fleet, raw: bytes) -> bytes:
@@ -139,5 +139,8 @@ def test_full_determinism_requires_a_session_key() -> None:
             assert reply.status == 400 and "session key" in reply.body["error"]["message"]
             first = await f.complete("k1")
             assert first.status == 200 and first.path == "new"
+            async with f.client.get(f.url + "/v1/models") as resp:
+                assert resp.status == 200  # listed through a fixed key, not refused
+            await settle(f)
             f.assert_idle()
     run(scenario())
