@@ -13,8 +13,8 @@ drawn from 256 sessions (mostly sticky hits, as in multi-turn rollout). Measured
    acquires and fire-and-forget releases (verl's pattern, via
    :class:`affinity_verl.testing.load.SessionClient`) until a final awaited barrier.
 3. **in-process cost per decision** (no Ray): one acquire+release pair on the plain class,
-   including the decision log's write of two records, at 0, 1,000 and 10,000 sticky
-   entries -- the log digests the whole state, so its cost grows with the sticky map.
+   including the decision log's write of two records, with about 256, 1,256 and 10,000
+   sticky entries (the periodic full-state digest of the log is linear in them).
 
 Variants: ``verl`` (upstream class, loaded from the wheel without torch), ``affinity``
 (our defaults: verl's routing), ``affinity+log`` (decision log on). Ratios are
@@ -212,9 +212,10 @@ def render(latency: dict[str, list[float]], throughput: dict[tuple[str, int], li
         "fire-and-forget releases from N client actors until a final awaited barrier. "
         "The in-process rows are the CPU cost of one acquire+release pair without Ray "
         "(fastest of 7 alternating batches). The decision log's cost per logged event is "
-        "half the difference between the affinity+log and affinity columns; it grows "
-        "linearly with the sticky map, because every record carries a SHA-256 digest of the "
-        "canonical JSON of the whole state (pool, sticky map, counters, leases).",
+        "half the difference between the affinity+log and affinity columns: every record "
+        "carries the event, the outcome and a constant-size state summary; a SHA-256 digest "
+        "of the whole state (linear in the sticky map) is added on each file's first record "
+        "and every 1,024 records, so its cost is amortized.",
         "",
     ]
     return "\n".join(lines)
