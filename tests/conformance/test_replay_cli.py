@@ -1,4 +1,4 @@
-"""``affinity replay``: a good decision log passes; tampered logs are pinpointed.
+"""``affinity replay`` (R-LOG-1): a good decision log passes; tampered logs are pinpointed.
 
 Logs are written by the real writer (:class:`DecisionLogWriter`), once driven directly
 from the core and once by the verl adapter's ``decision_log`` option, then tampered with
