@@ -3,10 +3,11 @@
 Theory of operation
 -------------------
 This is the oracle for default-null equivalence (R-LEG-1). It is written from
-upstream-verl.md sections 2-7 line by line and shares *no* code with the core: plain
-tuples instead of persistent structures, linear scans instead of a segment tree, an
-explicit recency list instead of a linked map. If the core's clever structures drift
-from verl's semantics, the lockstep checks that compare the two will say so.
+upstream-verl.md sections 2-7 line by line and shares *no* rule with the core (it reads
+only the events' data): plain tuples instead of persistent structures, linear scans
+instead of a segment tree, an explicit recency list instead of a linked map. If the
+core's clever structures drift from verl's semantics, the lockstep checks that compare
+the two will say so.
 
 ``LegacyModel`` mirrors verl's two dicts and its LRUCache:
 
@@ -23,8 +24,10 @@ from typing import Literal
 
 import attrs
 
+from .events import Acquire, AddServers, ClearStickyCache, Event, Release, RemoveServers
+
 __all__ = ["LegacyModel", "LegacyResult", "legacy_acquire", "legacy_add", "legacy_clear",
-           "legacy_release", "legacy_remove"]
+           "legacy_release", "legacy_remove", "legacy_step"]
 
 Ties = Literal["first", "draw"]
 
@@ -47,6 +50,7 @@ class LegacyResult:
     model: LegacyModel
     server_id: str | None  # None when verl raised
     error: str | None = None
+    cleared: int | None = None  # clear_sticky_cache's cleared_entries
 
 
 def _lru_get(lru: tuple[tuple[str, str], ...], key: str) -> tuple[tuple[tuple[str, str], ...], str]:
@@ -116,3 +120,27 @@ def legacy_remove(model: LegacyModel, server_ids: list[str]) -> LegacyModel:
 
 def legacy_clear(model: LegacyModel) -> tuple[LegacyModel, int]:
     return attrs.evolve(model, lru=()), len(model.lru)
+
+
+def legacy_step(model: LegacyModel, event: Event, *, ties: Ties = "first") -> LegacyResult:
+    """One verl call, named by a core event (only the event's data is used).
+
+    verl has no unkeyed requests and no load observations: an ``Acquire`` without a
+    request id or an ``ObserveLoads`` is a ``ValueError`` here. ``request_hash`` stands for
+    verl's ``hash(request_id)`` (0 when the event carries none).
+    """
+    if isinstance(event, Acquire):
+        if event.request_id is None:
+            raise ValueError("the legacy balancer has no unkeyed requests")
+        return legacy_acquire(model, event.request_id, ties=ties, tie_draw=event.tie_draw,
+                              request_hash=event.request_hash or 0)
+    if isinstance(event, Release):
+        return LegacyResult(legacy_release(model, event.server_id), None)
+    if isinstance(event, AddServers):
+        return LegacyResult(legacy_add(model, list(event.server_ids)), None)
+    if isinstance(event, RemoveServers):
+        return LegacyResult(legacy_remove(model, list(event.server_ids)), None)
+    if isinstance(event, ClearStickyCache):
+        cleared_model, cleared = legacy_clear(model)
+        return LegacyResult(cleared_model, None, cleared=cleared)
+    raise ValueError(f"the legacy balancer has no {type(event).__name__} call")

@@ -46,14 +46,7 @@ from affinity_core import (
     step,
 )
 from affinity_core.invariants import legacy_projection, project
-from affinity_core.legacy import (
-    LegacyModel,
-    legacy_acquire,
-    legacy_add,
-    legacy_clear,
-    legacy_release,
-    legacy_remove,
-)
+from affinity_core.legacy import LegacyModel, legacy_step
 
 IDS = ("s0", "s1", "s2", "s3")
 RIDS = ("a", "b", "c", "d")
@@ -73,22 +66,13 @@ events: st.SearchStrategy[Event] = st.sampled_from(
 ).flatmap(EVENT_KINDS.__getitem__)
 
 
-def legacy_step(model: LegacyModel, event: Event, ties: Literal["first", "draw"]
-                ) -> tuple[LegacyModel, Any]:
+def legacy_decision(model: LegacyModel, event: Event, ties: Literal["first", "draw"]
+                    ) -> tuple[LegacyModel, Any]:
     """Apply an event to the model; returns it and the comparable decision."""
+    result = legacy_step(model, event, ties=ties)
     if isinstance(event, Acquire):
-        assert event.request_id is not None and event.request_hash is not None
-        result = legacy_acquire(model, event.request_id, ties=ties, tie_draw=event.tie_draw,
-                                request_hash=event.request_hash)
         return result.model, (result.server_id, result.error)
-    if isinstance(event, Release):
-        return legacy_release(model, event.server_id), None
-    if isinstance(event, AddServers):
-        return legacy_add(model, list(event.server_ids)), None
-    if isinstance(event, RemoveServers):
-        return legacy_remove(model, list(event.server_ids)), None
-    cleared_model, cleared = legacy_clear(model)
-    return cleared_model, cleared
+    return result.model, result.cleared
 
 
 def core_decision(event: Event, outcome: object) -> Any:
@@ -126,7 +110,7 @@ def test_core_equals_legacy_model(ties: Literal["first", "draw"], full_determini
     model = LegacyModel.fresh(servers, max_cache_size, full_determinism)
     for event in trace:
         t = step(config, state, event)
-        model, expected = legacy_step(model, event, ties)
+        model, expected = legacy_decision(model, event, ties)
         assert core_decision(event, t.outcome) == expected, (event, t.outcome)
         state = t.state
         assert project(state) == legacy_projection(model), event
@@ -155,7 +139,7 @@ def test_wide_pools_in_lockstep(pool_size: int, ties: Literal["first", "draw"]) 
         else:
             event = AddServers(server_ids=rng.sample(ids, 2))
         t = step(config, state, event)
-        model, expected = legacy_step(model, event, ties)
+        model, expected = legacy_decision(model, event, ties)
         assert core_decision(event, t.outcome) == expected, event
         state = t.state
         assert project(state) == legacy_projection(model), event
@@ -169,7 +153,7 @@ def test_lockstep_sees_a_divergence() -> None:
     for _ in range(2):
         event = Acquire(request_id="a", request_hash=0)
         t = step(config, state, event)
-        model, expected = legacy_step(model, event, "first")
+        model, expected = legacy_decision(model, event, "first")
         state = t.state
     assert core_decision(event, t.outcome) != expected
     assert project(state) != legacy_projection(model)

@@ -40,7 +40,6 @@ from affinity_core import (
     Acquire,
     Acquired,
     AddServers,
-    ClearStickyCache,
     Event,
     Outcome,
     Release,
@@ -49,14 +48,7 @@ from affinity_core import (
     RemoveServers,
     State,
 )
-from affinity_core.legacy import (
-    LegacyModel,
-    legacy_acquire,
-    legacy_add,
-    legacy_clear,
-    legacy_release,
-    legacy_remove,
-)
+from affinity_core.legacy import LegacyModel, legacy_step
 
 CLIENTS = 8
 PAIRS_PER_CLIENT = 2000
@@ -117,19 +109,7 @@ def _legacy_total(events: tuple[Event, ...], max_cache_size: int) -> int:
     """Total in flight after ``events`` in the naive model of verl (ties as drawn)."""
     model = LegacyModel.fresh(INITIAL, max_cache_size)
     for event in events:
-        if isinstance(event, Acquire):
-            assert event.request_id is not None
-            model = legacy_acquire(model, event.request_id, ties="draw",
-                                   tie_draw=event.tie_draw).model
-        elif isinstance(event, Release):
-            model = legacy_release(model, event.server_id)
-        elif isinstance(event, AddServers):
-            model = legacy_add(model, list(event.server_ids))
-        elif isinstance(event, RemoveServers):
-            model = legacy_remove(model, list(event.server_ids))
-        else:
-            assert isinstance(event, ClearStickyCache)
-            model, _ = legacy_clear(model)
+        model = legacy_step(model, event, ties="draw").model
     return sum(load for _, load in model.pool)
 
 
