@@ -34,6 +34,10 @@ UNOBSERVABLE: dict[str, tuple[str, str]] = {
                 "a membership test is always followed by a refreshing lookup (SPEC section "
                 "10, step 2), so whether membership refreshes cannot change any outcome or "
                 "state; the rule constrains the primitive and needs a proof citation"),
+    "R-LOG-1": ("tests/conformance/test_replay_cli.py",
+                "the decision-log format is a file format written by the adapters, not a "
+                "routing behaviour: a vector cannot express it; affinity replay's tests "
+                "check good, rotated, tampered and truncated logs"),
 }
 
 
