@@ -1,0 +1,283 @@
+"""Explicit-state breadth-first model checker over the real ``affinity_core.step``.
+
+Theory of operation
+-------------------
+The checker enumerates every interleaving of events from a small universe (servers,
+request ids, tie draws, pool changes, clears, releases) and calls the *real*
+:func:`affinity_core.step` on each edge. On every edge it evaluates a list of
+:class:`Check` objects (which call the named predicates of ``affinity_core.invariants``);
+a failing check yields a :class:`Violation` with the shortest trace from the initial
+state, rebuilt from parent pointers.
+
+Finiteness. Loads are bounded by ``load_cap``: edges into states above the cap are still
+checked but not expanded. The affinity counters and the lease book's status counters grow
+forever, yet no transition reads their values (only increments them), so a state is
+stored with each such counter clamped to at most 1 -- enough to see a reset or a
+decrement. Lease epochs are renumbered densely in order (the book only compares epochs for
+equality and order), and the number of held leases is bounded by ``lease_cap``.
+
+Environment. An :class:`Environment` decides which events are possible and may carry
+its own ground truth (outstanding requests), so conservation and lease accounting are
+checked against what the callers really have in flight, not against the core's view.
+
+Symmetry. With ``symmetry=True`` a state is stored under the least image of its key over
+all renamings of the server universe. Renaming keeps pool *order*, so it commutes with
+every rule except those that read server names: the stable hash mode (sorted ids). The
+caller only enables it for ``draw`` tie-break configurations (formal-methods.md section 9:
+all minima are explored), and ``affinity verify`` cross-checks it: the number of orbits
+of the unreduced state space must equal the reduced count.
+"""
+
+from __future__ import annotations
+
+import itertools
+import time
+from collections import deque
+from collections.abc import Callable, Hashable, Iterable, Sequence
+from typing import Any, Protocol
+
+import attrs
+from immutables import Map
+
+from affinity_core import Config, Event, LeaseBook, State, Transition, initial_state, step
+
+__all__ = [
+    "BfsResult",
+    "Check",
+    "Edge",
+    "Environment",
+    "Violation",
+    "explore",
+    "normalize",
+    "state_key",
+]
+
+
+@attrs.frozen
+class Edge:
+    config: Config
+    pre: State
+    event: Event
+    transition: Transition | None  # None when step raised
+    error: str | None
+    label: Hashable  # the environment's name for this move (e.g. a late release)
+    pre_env: Hashable
+    post_env: Hashable | None
+
+
+@attrs.frozen
+class Check:
+    """One property, evaluated on every edge of configurations it applies to."""
+
+    name: str
+    obligation: int
+    applies: Callable[[Config], bool]
+    violation: Callable[[Edge], str | None]  # a message when the property fails
+    # A property of the post-state alone: evaluated once per distinct post-state.
+    per_state: bool = False
+    # Only edges of these event types can violate it (None: every edge).
+    events: tuple[type[Any], ...] | None = None
+
+
+@attrs.frozen
+class Violation:
+    check: str
+    obligation: int
+    message: str
+    config: Config
+    trace: tuple[Event, ...]  # from the initial state; the last event is the bad edge
+    labels: tuple[Hashable, ...]  # the environment's label of each trace event
+
+
+@attrs.frozen
+class BfsResult:
+    config: Config
+    states: int
+    edges: int
+    seconds: float
+    violations: tuple[Violation, ...]
+    truncated: bool  # stopped early (first violation or state limit)
+    orbits: int | None = None  # distinct states up to server renaming, when counted
+
+    @property
+    def states_per_second(self) -> float:
+        return self.states / self.seconds if self.seconds > 0 else float(self.states)
+
+
+class Environment(Protocol):
+    """The callers: which events can happen next, and their ground truth."""
+
+    def initial(self, config: Config, state: State) -> Hashable: ...
+
+    def moves(self, config: Config, state: State, env: Hashable
+              ) -> Iterable[tuple[Event, Hashable]]:
+        """The possible next events, each with a label that :meth:`advance` receives."""
+        ...
+
+    def advance(self, config: Config, pre: State, env: Hashable, label: Hashable,
+                event: Event, t: Transition) -> Hashable | None:
+        """The environment after the event, or None when it leaves the scope."""
+        ...
+
+    def rename(self, env: Hashable, mapping: dict[str, str]) -> Hashable: ...
+
+
+def _clamp(n: int) -> int:
+    return n if n < 1 else 1
+
+
+def _normal_leases(book: LeaseBook) -> LeaseBook:
+    if book.next_epoch == 0 and not book.held:
+        return _NO_LEASES
+    used = sorted({e for held in book.held.values() for e, _ in held} | set(book.epoch.values()))
+    dense = {e: i for i, e in enumerate(used)}
+    held: Map[tuple[str | None, str], tuple[tuple[int, int], ...]] = Map(
+        {k: tuple((dense[e], c) for e, c in v) for k, v in book.held.items()})
+    epoch: Map[str, int] = Map({s: dense[e] for s, e in book.epoch.items()})
+    # unknown_leases / stale_leases only feed status(): no transition or check reads them.
+    return LeaseBook(held, epoch, len(used))
+
+
+_NO_LEASES = LeaseBook()
+
+
+def normalize(state: State) -> State:
+    """The stored representative: counters clamped, lease epochs renumbered."""
+    book = state.leases
+    if state.affinity_kept <= 1 and state.affinity_broken <= 1 and not book.epoch \
+            and not book.held and book.next_epoch == 0:
+        return state
+    return attrs.evolve(
+        state,
+        affinity_kept=_clamp(state.affinity_kept),
+        affinity_broken=_clamp(state.affinity_broken),
+        leases=_normal_leases(state.leases),
+    )
+
+
+def _name(x: str | None) -> str:
+    return "" if x is None else x  # sortable: real ids are non-empty
+
+
+def state_key(state: State, mapping: dict[str, str] | None = None) -> tuple[Any, ...]:
+    """A sortable tuple identifying a normalized state, optionally with servers renamed."""
+    book = state.leases
+    if mapping is None:
+        base: tuple[Any, ...] = (state.pool.items(), state.lru.items(), state.affinity_kept,
+                                 state.affinity_broken)
+        ren: Callable[[str], str] = str
+    else:
+        ren = mapping.__getitem__
+        base = (tuple((ren(s), n) for s, n in state.pool.items()),
+                tuple((r, ren(s)) for r, s in state.lru.items()),
+                state.affinity_kept, state.affinity_broken)
+    if state.external:  # load observed from the backends (R-OBS-1)
+        base = (*base, tuple(sorted((ren(s), n) for s, n in state.external.items())))
+    if not book.epoch and not book.held:
+        return base
+    return (
+        *base,
+        tuple(sorted(((_name(r), ren(s)), v) for (r, s), v in book.held.items())),
+        tuple(sorted((ren(s), e) for s, e in book.epoch.items())),
+    )
+
+
+def held_leases(state: State) -> int:
+    return sum(c for held in state.leases.held.values() for _, c in held)
+
+
+def explore(
+    config: Config,
+    servers: Sequence[str],
+    initial_pool: Sequence[str],
+    env: Environment,
+    checks: Sequence[Check],
+    *,
+    load_cap: int,
+    lease_cap: int = 4,
+    symmetry: bool = False,
+    stop_on_first: bool = False,
+    max_states: int = 2_000_000,
+    count_orbits: bool = False,
+) -> BfsResult:
+    """Breadth-first search from ``initial_state(config, initial_pool)``."""
+    start = time.perf_counter()
+    active = [c for c in checks if c.applies(config)]
+    perms = [dict(zip(servers, p, strict=True)) for p in itertools.permutations(servers)]
+
+    def canonical(state: State, e: Hashable) -> Any:
+        return min((state_key(state, m), env.rename(e, m)) for m in perms)
+
+    def key_of(state: State, e: Hashable) -> Any:
+        return canonical(state, e) if symmetry else (state_key(state), e)
+
+    root = normalize(initial_state(config, initial_pool))
+    root_env = env.initial(config, root)
+    root_key = key_of(root, root_env)
+    parents: dict[Any, tuple[Any, Event, Hashable] | None] = {root_key: None}
+    queue: deque[tuple[Any, State, Hashable]] = deque([(root_key, root, root_env)])
+    orbits: set[Any] = {canonical(root, root_env)} if count_orbits else set()
+    violations: list[Violation] = []
+    failed: set[str] = set()
+    edges = 0
+    truncated = False
+
+    def trace_to(key: Any, last: Event, label: Hashable
+                 ) -> tuple[tuple[Event, ...], tuple[Hashable, ...]]:
+        out = [(last, label)]
+        link = parents[key]
+        while link is not None:
+            key, ev, lab = link
+            out.append((ev, lab))
+            link = parents[key]
+        out.reverse()
+        return tuple(e for e, _ in out), tuple(lab for _, lab in out)
+
+    while queue:
+        key, pre, pre_env = queue.popleft()
+        for event, label in env.moves(config, pre, pre_env):
+            edges += 1
+            t: Transition | None
+            try:
+                t = step(config, pre, event)
+                error = None
+            except Exception as exc:  # a crash is a finding: step must be total (R-OUT-1)
+                t, error = None, f"step raised {type(exc).__name__}: {exc}"
+            post_env = None if t is None else env.advance(config, pre, pre_env, label, event, t)
+            edge = Edge(config, pre, event, t, error, label, pre_env, post_env)
+            post = None if t is None or post_env is None else t.state
+            post_key = None
+            # Negative counts only arise in a broken core (a check reports them); never
+            # expanding them keeps every search finite.
+            expand = post is not None and (len(post.pool) == 0 or (
+                post.pool.min_load >= 0 and post.pool.max_load <= load_cap)) and (
+                not config.lease_accounting or held_leases(post) <= lease_cap)
+            if post is not None and expand:
+                post = normalize(post)
+                post_key = key_of(post, post_env)
+            fresh = post_key is None or post_key not in parents
+            for check in active:
+                if check.name in failed or (check.per_state and not fresh) or (
+                        check.events is not None and not isinstance(event, check.events)):
+                    continue
+                message = error if error is not None else check.violation(edge)
+                if message is not None:
+                    failed.add(check.name)
+                    trace, labels = trace_to(key, event, label)
+                    violations.append(Violation(check.name, check.obligation, message,
+                                                config, trace, labels))
+            if violations and stop_on_first:
+                truncated = True
+                queue.clear()
+                break
+            if post is None or post_key is None or not fresh:
+                continue
+            if len(parents) >= max_states:
+                truncated = True
+                continue
+            parents[post_key] = (key, event, label)
+            queue.append((post_key, post, post_env))
+            if count_orbits:
+                orbits.add(canonical(post, post_env))
+    return BfsResult(config, len(parents), edges, time.perf_counter() - start,
+                     tuple(violations), truncated, len(orbits) if count_orbits else None)

@@ -1,0 +1,371 @@
+"""The properties the BFS checker evaluates on every edge, one list per obligation.
+
+Theory of operation
+-------------------
+Each :class:`~affinity_proofs.bfs.Check` names its obligation (proofs/README.md) and the
+configurations it applies to. Wherever ``affinity_core.invariants`` has a named predicate
+the check calls it; this module adds only properties that are not single-step
+predicates of one state:
+
+* lockstep with the independent legacy model (obligation 1): the legacy model is rebuilt
+  from the pre-state's projection, so the comparison is inductive -- if the projections
+  agree before every edge and each edge keeps them equal, they agree on every reachable
+  state;
+* decision independence under ``full_determinism`` (obligation 2): the same acquire is
+  replayed by the real ``step`` on perturbed copies of the pre-state (other loads, other
+  margins/gate, no other sticky entries, and for the stable mode another pool order);
+* monotonicity across margins (obligation 5) via the real ``classify``;
+* selectivity (obligation 6): a pin inside the band must be kept;
+* the counter ledger (obligation 8) and conservation (obligation 9) are history
+  properties; they are checked inductively: the ledger is seeded from the pre-state
+  (``kept + broken`` hits, ``total`` acquires) and must still balance after the edge;
+* the environment ground truth of :mod:`.bfs_envs` (obligations 9 and 14).
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Sequence
+from typing import Any, cast
+
+import attrs
+
+from affinity_core import (
+    VERL_STATUS_KEYS,
+    Acquire,
+    Acquired,
+    ClearStickyCache,
+    Config,
+    HashMode,
+    LoadTable,
+    Path,
+    Rejected,
+    State,
+    StickyCacheCleared,
+    StickyLru,
+    TieBreak,
+    classify,
+    status,
+    step,
+)
+from affinity_core import invariants as inv
+from affinity_core.legacy import LegacyModel, legacy_step
+from affinity_core.machine import Lookup
+
+from .bfs import Check, Edge
+
+__all__ = ["CHECKS", "checks_for", "in_flight_check", "lease_ground_truth_check",
+           "legacy_status", "lockstep_applies"]
+
+
+def _acquired(edge: Edge) -> Acquired | None:
+    o = None if edge.transition is None else edge.transition.outcome
+    return o if isinstance(o, Acquired) else None
+
+
+def _t(edge: Edge) -> Any:
+    assert edge.transition is not None
+    return edge.transition
+
+
+def _false(name: str) -> str:
+    return f"predicate {name} is false"
+
+
+_memo: list[Any] = [None, None]  # (edge, ledger): the counter and conservation checks share it
+
+
+def _ledger(edge: Edge) -> inv.Ledger:
+    """The history ledger seeded from the pre-state, after recording this edge.
+
+    Seeding makes the history predicates inductive: ``kept + broken`` sticky hits and
+    ``total`` acquires so far, so that they balance before the edge iff they do after it.
+    """
+    if _memo[0] is not edge:
+        pre = edge.pre
+        seed = inv.Ledger(sticky_hits_on_active=pre.affinity_kept + pre.affinity_broken,
+                          acquires=pre.inflight_total)
+        _memo[0], _memo[1] = edge, seed.record(pre, edge.event, _t(edge))
+    ledger: inv.Ledger = _memo[1]
+    return ledger
+
+
+# ------------------------------------------------------------------ 1 legacy lockstep
+def lockstep_applies(c: Config) -> bool:
+    return (c.policy == "legacy" and not c.lease_accounting
+            and c.tie_break in (TieBreak.FIRST, TieBreak.DRAW)
+            and (not c.full_determinism or c.hash_mode is HashMode.CALLER))
+
+
+def legacy_status(model: LegacyModel) -> dict[str, Any]:
+    """verl's ``get_status`` (upstream-verl.md section 5), computed on the legacy model."""
+    return {"servers": dict(model.pool), "total_inflight": sum(n for _, n in model.pool),
+            "active_servers": len(model.pool), "registered_handles": [s for s, _ in model.pool]}
+
+
+def _lockstep(edge: Edge) -> str | None:
+    c, pre, ev, t = edge.config, edge.pre, edge.event, _t(edge)
+    if isinstance(ev, Acquire) and ev.request_id is None:
+        return None  # verl's acquire_server always has a request id
+    model = LegacyModel(pre.pool.items(), pre.lru.items(), c.max_cache_size,
+                        c.full_determinism)
+    r = legacy_step(model, ev, ties="first" if c.tie_break is TieBreak.FIRST else "draw")
+    o = t.outcome
+    if isinstance(ev, Acquire):
+        got = o.server_id if isinstance(o, Acquired) else None
+        if got != r.server_id:
+            return f"decision {got!r}, legacy model {r.server_id!r}"
+        if r.error is not None and not (isinstance(o, Rejected) and o.message == r.error):
+            return f"outcome {o!r}, legacy error {r.error!r}"
+    if isinstance(ev, ClearStickyCache) and not (
+            isinstance(o, StickyCacheCleared) and o.cleared_entries == r.cleared
+            and o.server_loads == model.pool):
+        return f"clear outcome {o!r}, legacy cleared {r.cleared} with loads {model.pool}"
+    after = r.model
+    if inv.project(t.state) != inv.legacy_projection(after):
+        return f"state {inv.project(t.state)}, legacy model {inv.legacy_projection(after)}"
+    core_status = {k: status(c, t.state)[k] for k in VERL_STATUS_KEYS}
+    if core_status != legacy_status(after):
+        return f"status {core_status}, legacy {legacy_status(after)}"
+    return None
+
+
+# ------------------------------------------------------------------ 2 determinism
+def _alternatives(c: Config, pre: State, rid: str | None) -> list[tuple[str, Config, State]]:
+    items = pre.pool.items()
+    pinned = None if rid is None else pre.lru.peek(rid)
+    only_entry = StickyLru(c.max_cache_size) if pinned is None or rid is None else \
+        StickyLru(c.max_cache_size).put(rid, pinned)
+    out: list[tuple[str, Config, State]] = []
+    shuffled = [len(items) - i + 3 * (i % 2) for i in range(len(items))]
+    for label, loads in (("idle loads", [0] * len(items)), ("other loads", shuffled)):
+        table = LoadTable.build((s, n) for (s, _), n in zip(items, loads, strict=True))
+        out.append((label, c, attrs.evolve(pre, pool=table)))
+    for margin in (None, 0, 5):
+        out.append((f"margin {margin}", attrs.evolve(c, affinity_break_margin=margin,
+                                                      dual_threshold=None), pre))
+    out.append(("no other sticky entries", c, attrs.evolve(pre, lru=only_entry)))
+    if c.hash_mode is HashMode.STABLE:
+        reordered = LoadTable.build(tuple(reversed(items)))
+        out.append(("reversed pool order", c, attrs.evolve(pre, pool=reordered)))
+    return out
+
+
+def _determinism(edge: Edge) -> str | None:
+    c, pre, ev, t = edge.config, edge.pre, edge.event, _t(edge)
+    if not isinstance(ev, Acquire):
+        return None
+    o = t.outcome
+    if isinstance(o, Acquired) and o.path is Path.BROKEN:
+        return "a pin was broken under full_determinism"
+    decision = o.server_id if isinstance(o, Acquired) else None
+    for label, alt_config, alt_state in _alternatives(c, pre, ev.request_id):
+        alt = step(alt_config, alt_state, ev).outcome
+        alt_decision = alt.server_id if isinstance(alt, Acquired) else None
+        if alt_decision != decision:
+            return f"decision {decision!r} becomes {alt_decision!r} with {label}"
+    return None
+
+
+# ------------------------------------------------------------------ 3..7, 12, 13
+def _margin_on(c: Config) -> bool:
+    return c.affinity_break_margin is not None and not c.full_determinism
+
+
+def _skew(edge: Edge) -> str | None:
+    c, pre, t = edge.config, edge.pre, _t(edge)
+    if not inv.within_band(c, pre, t):
+        return _false("within_band")
+    if not inv.placement_is_argmin(c, pre, t):
+        return _false("placement_is_argmin")
+    return None
+
+
+def _least_loaded_at_zero(edge: Edge) -> str | None:
+    o = _acquired(edge)
+    if o is None or edge.pre.pool.load(o.server_id) == edge.pre.pool.min_load:
+        return None
+    return f"margin 0 placed on {o.server_id} (load {edge.pre.pool.load(o.server_id)}, " \
+           f"min {edge.pre.pool.min_load})"
+
+
+@functools.lru_cache(maxsize=256)
+def _with_margin(c: Config, margin: int | None) -> Config:
+    return attrs.evolve(c, affinity_break_margin=margin)
+
+
+def _monotone(edge: Edge) -> str | None:
+    c, pre, ev = edge.config, edge.pre, edge.event
+    if not isinstance(ev, Acquire) or ev.request_id is None:
+        return None
+    pinned = pre.lru.peek(ev.request_id)
+    if pinned is None or pinned not in pre.pool:
+        return None
+    top = pre.pool.max_load + 2
+    margins: list[int | None] = [*range(top), None]  # None = no margin = infinite margin
+    kept = [classify(_with_margin(c, m), pre, ev.request_id)[0] is Lookup.HIT_KEEP
+            for m in margins]
+    for i, m1 in enumerate(margins):
+        for m2 in margins[i + 1:]:
+            if kept[i] and not kept[margins.index(m2)]:
+                return f"kept at margin {m1} but broken at margin {m2}"
+    return None
+
+
+def _selective(edge: Edge) -> str | None:
+    c, pre, ev, t = edge.config, edge.pre, edge.event, _t(edge)
+    if not isinstance(ev, Acquire) or ev.request_id is None:
+        return None
+    pinned = pre.lru.peek(ev.request_id)
+    m = c.affinity_break_margin
+    if pinned is None or pinned not in pre.pool or m is None:
+        return None
+    if pre.pool.load(pinned) > pre.pool.min_load + m:
+        return None
+    o = t.outcome
+    if isinstance(o, Acquired) and o.path is Path.KEPT and o.server_id == pinned:
+        return None
+    return f"pin {pinned} at load {pre.pool.load(pinned)} <= min {pre.pool.min_load} + {m} " \
+           f"was not kept: {o!r}"
+
+
+def _break(edge: Edge) -> str | None:
+    c, pre, t = edge.config, edge.pre, _t(edge)
+    o = _acquired(edge)
+    if o is None or o.path is not Path.BROKEN:
+        return None
+    if not inv.break_moves(pre, t):
+        return _false("break_moves")
+    if not inv.placement_is_argmin(c, pre, t):
+        return _false("placement_is_argmin")
+    return None
+
+
+def _no_starvation(edge: Edge) -> str | None:
+    return None if inv.no_starvation(edge.config, edge.pre, _t(edge)) else \
+        _false("no_starvation")
+
+
+def _gate_bound(edge: Edge) -> str | None:
+    """R-GATE-1/2: a kept pin is within max(min + abs, min * rel); breaks go to a minimum."""
+    c, pre = edge.config, edge.pre
+    gate = c.dual_threshold
+    o = _acquired(edge)
+    if o is None or gate is None or o.path is not Path.KEPT or gate.balance_abs_threshold <= 0:
+        return _break(edge)
+    load, low, rel = pre.pool.load(o.server_id), pre.pool.min_load, gate.balance_rel_threshold
+    if load <= low + gate.balance_abs_threshold or load * rel.denominator <= low * rel.numerator:
+        return None
+    return f"gate kept {o.server_id} at load {load} with min {low}: beyond " \
+           f"max(min + {gate.balance_abs_threshold}, min * {rel})"
+
+
+# ------------------------------------------------------------------ 8..11, 14
+def _counters(edge: Edge) -> str | None:
+    t = _t(edge)
+    if not inv.counters_monotonic(edge.pre, t):
+        return _false("counters_monotonic")
+    if not inv.counters_consistent(t.state, _ledger(edge)):
+        return _false("counters_consistent")
+    return None
+
+
+def _conservation(edge: Edge) -> str | None:
+    pre, t = edge.pre, _t(edge)
+    if any(n < 0 for _, n in t.state.inflight_items()):
+        return _false("counts_non_negative")
+    if not inv.conserved(t.state, _ledger(edge)):
+        return _false("conserved")
+    if not inv.acquire_effect(pre, edge.event, t):
+        return _false("acquire_effect")
+    return None
+
+
+def _cache_bound(edge: Edge) -> str | None:
+    return None if inv.well_formed(edge.config, _t(edge).state) else _false("well_formed")
+
+
+def _pool_liveness(edge: Edge) -> str | None:
+    pre, t = edge.pre, _t(edge)
+    if not inv.decision_in_pool(pre, t):
+        return _false("decision_in_pool")
+    if not inv.rejection_preserves_state(pre, t):
+        return _false("rejection_preserves_state")
+    return None
+
+
+def _leases(edge: Edge) -> str | None:
+    return None if inv.leases_match_loads(edge.config, _t(edge).state) else \
+        _false("leases_match_loads")
+
+
+def _always(c: Config) -> bool:
+    return True
+
+
+_ACQUIRE = (Acquire,)
+
+
+CHECKS: tuple[Check, ...] = (
+    Check("legacy_lockstep", 1, lockstep_applies, _lockstep),
+    Check("decision_independence", 2, lambda c: c.full_determinism, _determinism,
+          events=_ACQUIRE),
+    Check("per_decision_skew", 3, _margin_on, _skew, events=_ACQUIRE),
+    Check("least_loaded_at_margin_0", 4,
+          lambda c: _margin_on(c) and c.affinity_break_margin == 0, _least_loaded_at_zero,
+          events=_ACQUIRE),
+    Check("keep_monotone_in_margin", 5,
+          lambda c: not c.full_determinism and c.dual_threshold is None, _monotone,
+          events=_ACQUIRE),
+    Check("selectivity", 6, _margin_on, _selective, events=_ACQUIRE),
+    Check("break_correct", 7, lambda c: c.policy == "margin" and not c.full_determinism,
+          _break, events=_ACQUIRE),
+    Check("counter_ledger", 8, _always, _counters),
+    Check("conservation", 9, _always, _conservation),
+    Check("cache_bound", 10, _always, _cache_bound, per_state=True),
+    Check("pool_liveness", 11, _always, _pool_liveness),
+    Check("no_starvation", 12, _margin_on, _no_starvation, events=_ACQUIRE),
+    Check("gate_bound", 13, lambda c: c.dual_threshold is not None and not c.full_determinism,
+          _gate_bound, events=_ACQUIRE),
+    Check("leases_match_loads", 14, lambda c: c.lease_accounting, _leases, per_state=True),
+)
+
+
+def checks_for(obligations: Sequence[int]) -> tuple[Check, ...]:
+    return tuple(c for c in CHECKS if c.obligation in obligations)
+
+
+# ---------------------------------------------------------- environment ground truth
+def _active_mismatch(edge: Edge, expected: Callable[[str], int]) -> str | None:
+    if edge.transition is None or edge.post_env is None:
+        return None
+    for sid, load in edge.transition.state.inflight_items():
+        if load != expected(sid):
+            return f"{sid} has count {load} but {expected(sid)} requests in flight"
+    return None
+
+
+def in_flight_check(servers: tuple[str, ...]) -> Check:
+    """Obligation 9: on well-formed traces every count equals its requests in flight."""
+
+    def violation(edge: Edge) -> str | None:
+        if edge.post_env is None:
+            return None  # the environment left the scope (a count above the cap)
+        counts = dict(zip(servers, cast(tuple[tuple[int, int], ...], edge.post_env),
+                          strict=True))
+        return _active_mismatch(edge, lambda s: counts[s][0])
+
+    return Check("in_flight_equals_count", 9, _always, violation)
+
+
+def lease_ground_truth_check() -> Check:
+    """Obligation 14: every count equals the outstanding grants of the current stay."""
+
+    def violation(edge: Edge) -> str | None:
+        if edge.post_env is None:
+            return None
+        grants = cast(tuple[tuple[str, str, int], ...], edge.post_env)
+        return _active_mismatch(edge, lambda s: sum(1 for _, g, a in grants
+                                                    if g == s and a == 0))
+
+    return Check("count_equals_current_grants", 14, lambda c: c.lease_accounting, violation)
