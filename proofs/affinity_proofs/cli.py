@@ -1,0 +1,122 @@
+"""``affinity verify``: run the proof suite, print the obligation table, exit non-zero on
+any failure or surviving mutant.
+
+Theory of operation
+-------------------
+:func:`register` adds the options to the subcommand parser; :func:`run` executes the
+scope through :mod:`.verify` with a ``rich`` progress bar on stderr, prints the table
+(obligation, requirement ids, method, scope, result, time, mutants refuted) and, for every
+failure or surviving mutant, the evidence (a counterexample trace or model). ``--json
+FILE`` writes the full report (:func:`affinity_proofs.report.to_json`). The exit code is
+0 only if every obligation passed, each with at least one refuted mutant.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from .mutants import MUTANTS
+from .report import OBLIGATIONS, Row, obligation_passed, to_json
+from .scopes import SCOPES, scope_named
+from .verify import run as run_scope
+
+__all__ = ["register", "run"]
+
+
+def register(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--scope", choices=sorted(SCOPES), default="default",
+                        help="bounds of every method (default: %(default)s, <= 60 s)")
+    parser.add_argument("--json", dest="json_path", metavar="FILE", type=Path,
+                        help="write the full report as JSON")
+    parser.add_argument("--workers", type=int, default=2,
+                        help="worker processes (default: %(default)s)")
+    parser.add_argument("--write-counterexamples", action="store_true",
+                        help="rewrite proofs/counterexamples/*.json from the Z3 witnesses")
+    parser.set_defaults(run=run)
+
+
+def _versions() -> dict[str, str]:
+    out = {"python": platform.python_version()}
+    for dist in ("z3-solver", "crosshair-tool", "affinity-routing"):
+        try:
+            out[dist] = metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            out[dist] = "absent"
+    return out
+
+
+def _table(rows: list[Row], scope: str, seconds: float) -> Table:
+    table = Table(title=f"affinity verify --scope {scope}  ({seconds:.1f} s)",
+                  show_lines=False, expand=False)
+    for column, width in (("obligation", 26), ("requirement ids", 20), ("method", 24),
+                          ("scope", 26), ("result", 9), ("time", 6), ("mutants refuted", 8)):
+        table.add_column(column, overflow="fold", max_width=width)
+    titles = {o.number: o.title for o in OBLIGATIONS}
+    previous = None
+    for r in rows:
+        first = r.obligation != previous
+        previous = r.obligation
+        style = "" if r.passed else "bold red"
+        table.add_row(f"{r.obligation}. {titles[r.obligation]}" if first else "",
+                      " ".join(r.requirement_ids), r.method, r.scope, r.result,
+                      f"{r.seconds:.1f}s", r.mutant_score, style=style)
+    return table
+
+
+def _problems(rows: list[Row]) -> list[str]:
+    out = []
+    for r in rows:
+        if not r.holds:
+            out.append(f"[{r.obligation}] {r.method}: {r.detail}")
+        for m in r.mutants:
+            if not m.refuted:
+                out.append(f"[{r.obligation}] {r.method}: mutant {m.name} SURVIVED "
+                           f"({m.description}): {m.evidence}")
+    for o in OBLIGATIONS:
+        ok, why = obligation_passed(o.number, rows)
+        if not ok and why in ("no rows", "no refuted mutant"):
+            out.append(f"[{o.number}] {o.title}: {why}")
+    return out
+
+
+def run(args: argparse.Namespace) -> int:
+    scope = scope_named(args.scope)
+    out = Console(soft_wrap=False, width=max(Console().width, 140))
+    err = Console(stderr=True)
+    with Progress(TextColumn("[bold]verify[/] {task.description}"), BarColumn(),
+                  TextColumn("{task.completed}/{task.total}"), TimeElapsedColumn(),
+                  console=err, transient=True) as bar:
+        task = bar.add_task(f"--scope {scope.name}", total=None)
+
+        def progress(name: str, done: int, total: int) -> None:
+            bar.update(task, completed=done, total=total, description=name)
+
+        rows, extra, seconds = run_scope(scope, workers=args.workers,
+                                         write_counterexamples=args.write_counterexamples,
+                                         progress=progress)
+    out.print(_table(rows, scope.name, seconds))
+    problems = _problems(rows)
+    refuted = sorted({m.name for r in rows for m in r.mutants if m.refuted})
+    out.print(f"mutants refuted: {len(refuted)} distinct ({', '.join(refuted)})")
+    for line in problems:
+        out.print(f"[red]FAIL[/] {line}", highlight=False)
+    report: dict[str, Any] = to_json(scope.name, rows, seconds,
+                                     [{"name": m.name, "description": m.description,
+                                       "obligations": list(m.obligations)} for m in MUTANTS],
+                                     {**extra, "versions": _versions()})
+    if args.json_path is not None:
+        args.json_path.write_text(json.dumps(report, indent=2, default=str) + "\n",
+                                  encoding="utf-8")
+        out.print(f"report written to {args.json_path}")
+    passed = bool(report["passed"]) and not problems
+    out.print("[bold green]PASS[/]" if passed else "[bold red]FAILED[/]")
+    return 0 if passed else 1

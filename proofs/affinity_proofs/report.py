@@ -1,0 +1,142 @@
+"""The report of ``affinity verify``: obligations, rows, mutants, JSON.
+
+Theory of operation
+-------------------
+A :class:`Row` is one (obligation, method) pair: what was checked, on which scope, with
+which result, how long it took, and the mutants the *same* checker refuted in the *same*
+run. A row passes when its property holds (or its stated fact has a witness) **and** every
+mutant attached to it was refuted. An obligation passes when all its rows pass and at
+least one mutant of the core was refuted for it; the run passes when every obligation
+does. Rows for obligation 0 check the checkers themselves (encoding conformance,
+symmetry soundness).
+
+:func:`to_json` is the ``--json`` document: every row with its evidence (states, Ns,
+counterexamples, traces), the obligation summary and the mutant catalogue.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import attrs
+
+__all__ = ["OBLIGATIONS", "MutantVerdict", "Obligation", "Row", "obligation_passed", "to_json"]
+
+
+@attrs.frozen
+class Obligation:
+    number: int
+    title: str
+    requirements: tuple[str, ...]
+
+
+OBLIGATIONS: tuple[Obligation, ...] = (
+    Obligation(0, "Checker soundness (encoding conformance, symmetry)",
+               ("R-REL-1", "R-KEEP-1", "R-TIE-1")),
+    Obligation(1, "Default-null equivalence with the legacy model",
+               ("R-LEG-1", "R-LEASE-1", "R-LRU-1", "R-LRU-2", "R-LRU-3", "R-RLS-1",
+                "R-CLR-1", "R-STAT-1")),
+    Obligation(2, "Determinism under full_determinism",
+               ("R-DET-1", "R-DET-2", "R-DET-3", "R-DET-4", "R-HASH-1")),
+    Obligation(3, "Bounded skew per decision", ("R-SKEW-1", "R-SKEW-2", "R-SKEW-3", "R-SKEW-4",
+                                                "R-PLACE-1", "R-OBS-2", "R-OBS-3")),
+    Obligation(4, "Margin 0 picks a least-loaded server", ("R-SKEW-5",)),
+    Obligation(5, "Monotonicity in the margin", ("R-KEEP-4",)),
+    Obligation(6, "Selectivity: a pin inside the band is kept", ("R-KEEP-1", "R-KEEP-2",
+                                                                  "R-KEEP-4")),
+    Obligation(7, "Break correctness", ("R-BREAK-1", "R-BREAK-2", "R-PLACE-1")),
+    Obligation(8, "Counter accounting", ("R-CNT-1", "R-CNT-2", "R-CNT-3")),
+    Obligation(9, "Conservation", ("R-CONS-1", "R-CONS-2", "R-ACQ-7", "R-HAZ-1", "R-OBS-3")),
+    Obligation(10, "Cache bound", ("R-LRU-5", "R-ST-2")),
+    Obligation(11, "Liveness of the pool", ("R-POOL-4", "R-ACQ-5", "R-ACQ-6", "R-OUT-1",
+                                             "R-OUT-2")),
+    Obligation(12, "No starvation", ("R-KEEP-3",)),
+    Obligation(13, "The #6533 gate, side by side with the margin", ("R-GATE-1", "R-GATE-2",
+                                                                    "R-POL-1")),
+    Obligation(14, "Lease accounting", ("R-LEASE-1", "R-LEASE-2", "R-LEASE-3", "R-LEASE-4",
+                                        "R-LEASE-5")),
+)
+_BY_NUMBER = {o.number: o for o in OBLIGATIONS}
+
+
+@attrs.frozen
+class MutantVerdict:
+    name: str
+    description: str
+    refuted: bool
+    evidence: str  # the counterexample (or why the mutant survived)
+
+
+@attrs.frozen
+class Row:
+    obligation: int
+    method: str
+    scope: str
+    holds: bool  # the property (or the stated fact) checked out
+    seconds: float
+    mutants: tuple[MutantVerdict, ...] = ()
+    detail: str = ""
+    requirements: tuple[str, ...] = ()  # defaults to the obligation's
+    evidence: dict[str, Any] = attrs.field(factory=dict)
+
+    @property
+    def passed(self) -> bool:
+        return self.holds and all(m.refuted for m in self.mutants)
+
+    @property
+    def requirement_ids(self) -> tuple[str, ...]:
+        return self.requirements or _BY_NUMBER[self.obligation].requirements
+
+    @property
+    def result(self) -> str:
+        if not self.holds:
+            return "FAIL"
+        if not all(m.refuted for m in self.mutants):
+            return "SURVIVOR"
+        return "pass"
+
+    @property
+    def mutant_score(self) -> str:
+        if not self.mutants:
+            return "-"
+        return f"{sum(m.refuted for m in self.mutants)}/{len(self.mutants)}"
+
+
+def obligation_passed(number: int, rows: Sequence[Row]) -> tuple[bool, str]:
+    mine = [r for r in rows if r.obligation == number]
+    if not mine:
+        return False, "no rows"
+    if not any(m.refuted for r in mine for m in r.mutants):
+        return False, "no refuted mutant"
+    failed = [r.method for r in mine if not r.passed]
+    return (not failed), ("failed: " + ", ".join(failed)) if failed else "ok"
+
+
+def _row_json(r: Row) -> dict[str, Any]:
+    return {
+        "obligation": r.obligation, "title": _BY_NUMBER[r.obligation].title,
+        "requirements": list(r.requirement_ids), "method": r.method, "scope": r.scope,
+        "result": r.result, "holds": r.holds, "passed": r.passed,
+        "seconds": round(r.seconds, 3), "detail": r.detail,
+        "mutants": [attrs.asdict(m) for m in r.mutants], "evidence": r.evidence,
+    }
+
+
+def to_json(scope: str, rows: Sequence[Row], seconds: float,
+            catalogue: Sequence[dict[str, Any]], extra: dict[str, Any]) -> dict[str, Any]:
+    obligations = []
+    for o in OBLIGATIONS:
+        ok, why = obligation_passed(o.number, rows)
+        mine = [r for r in rows if r.obligation == o.number]
+        obligations.append({
+            "obligation": o.number, "title": o.title, "requirements": list(o.requirements),
+            "passed": ok, "why": why, "methods": [r.method for r in mine],
+            "mutants_refuted": sorted({m.name for r in mine for m in r.mutants if m.refuted}),
+        })
+    return {
+        "format": "affinity-verify-report/1", "scope": scope, "seconds": round(seconds, 2),
+        "passed": all(o["passed"] for o in obligations),
+        "obligations": obligations, "rows": [_row_json(r) for r in rows],
+        "mutant_catalogue": list(catalogue), **extra,
+    }

@@ -1,0 +1,176 @@
+"""The three scopes of ``affinity verify``: small (tests), default (CI, <= 60 s), deep.
+
+Theory of operation
+-------------------
+A scope fixes every bound of every method: the server counts ``N`` of each Z3 lemma, the
+BMC depth, the number of concrete points of the encoding-conformance sweep, the BFS
+universes and configurations, and the CrossHair time budgets. Nothing else in the suite
+chooses a bound, so the report's "scope" column is exactly what was checked.
+
+BFS runs. Each :class:`BfsRun` is one configuration over one universe (servers, request
+ids, whether unkeyed requests occur), a load cap, and an environment (see
+:mod:`.bfs_envs`). The default scope spends its three-server runs on the rules where a
+third server matters (margins, legacy lockstep, stable hashing) and covers the others
+with two servers and three request ids. ``symmetry=True`` is used only with ``draw`` ties
+(all tie choices enumerated, formal-methods.md section 9).
+"""
+
+from __future__ import annotations
+
+from fractions import Fraction
+
+import attrs
+
+from affinity_core import Config, DualThreshold
+
+from .bfs_envs import Universe
+
+__all__ = ["SCOPES", "BfsRun", "Scope", "scope_named"]
+
+
+@attrs.frozen
+class BfsRun:
+    label: str
+    config: Config
+    universe: Universe
+    load_cap: int
+    lease_cap: int = 4
+    symmetry: bool = False
+    # "free", "in_flight", "in_flight+add_active", "in_flight+remove_busy",
+    # "lease", "lease+ambiguous"
+    env: str = "free"
+
+    @property
+    def expects_violation(self) -> bool:
+        """Hazard runs: the documented exception must be *found*."""
+        return "+" in self.env
+
+    def describe(self) -> str:
+        u = self.universe
+        keys = len(u.request_ids) + (1 if u.unkeyed else 0)
+        sym = ", symmetry" if self.symmetry else ""
+        observe = f", observed loads 0..{u.observe_max}" if u.observe_max else ""
+        return (f"{len(u.servers)} servers, {keys} request ids"
+                f"{' (incl. unkeyed)' if u.unkeyed else ''}, loads <= {self.load_cap}, "
+                f"cache {self.config.max_cache_size}{sym}{observe}")
+
+
+@attrs.frozen
+class Scope:
+    name: str
+    lemma_ns: tuple[int, ...]  # one-step lemmas
+    induction_ns: tuple[int, ...]  # R-SKEW-2/3 induction steps
+    gate_ns: tuple[int, ...]  # the gate's bound (nonlinear: rel * min)
+    mutant_n: int  # encoded mutants are refuted at this N
+    bmc_depth: int  # per-decision skew BMC (UNSAT expected)
+    conformance_sample: int  # seeded points at N = 3, 4 (N <= 2 is exhaustive)
+    bfs_runs: tuple[BfsRun, ...]
+    symmetry_check: BfsRun  # explored without reduction, orbits counted
+    crosshair_condition_timeout: float
+    crosshair_diff_timeout: float
+
+
+def _u(n: int, keys: str, unkeyed: bool = True) -> Universe:
+    servers = tuple(f"s{i}" for i in range(n))
+    return Universe(servers, servers, tuple(keys), unkeyed)
+
+
+GATE = DualThreshold(1, Fraction(3, 2))
+FLAT_GATE = DualThreshold(1, Fraction(1))
+
+
+def _cfg(**kw: object) -> Config:
+    kw.setdefault("max_cache_size", 2)
+    return Config(**kw)  # type: ignore[arg-type]
+
+
+def _runs(big: Universe, wide: Universe, cap: int, cache: int, lease: Universe,
+          lease_keyed: Universe, lease_cap: int, big_gate: bool = False,
+          big_lockstep: bool = False, observed: Universe | None = None) -> tuple[BfsRun, ...]:
+    observed = observed or attrs.evolve(_u(2, "ab", False), observe_max=1)
+    def c(**kw: object) -> Config:
+        kw.setdefault("max_cache_size", cache)
+        return _cfg(**kw)
+
+    return (
+        BfsRun("legacy, first ties", c(), big if big_lockstep else wide, cap),
+        BfsRun("legacy, draw ties", c(tie_break="draw"), big, cap, symmetry=True),
+        BfsRun("legacy, full_determinism caller", c(full_determinism=True), wide, cap),
+        BfsRun("margin 0, first ties", c(affinity_break_margin=0), wide, cap),
+        BfsRun("margin 1, first ties", c(affinity_break_margin=1), big, cap),
+        BfsRun("margin 2, first ties", c(affinity_break_margin=2), wide, cap + 1),
+        BfsRun("margin 1, draw ties", c(affinity_break_margin=1, tie_break="draw"),
+               big if big_lockstep else wide, cap, symmetry=True),
+        BfsRun("margin 1, hashed ties", c(affinity_break_margin=1, tie_break="hashed"), wide,
+               cap),
+        BfsRun("margin 1, full_determinism caller",
+               c(affinity_break_margin=1, full_determinism=True), wide, cap),
+        # Under full_determinism decisions ignore load: the hash and pool order matter.
+        BfsRun("margin 0, full_determinism stable",
+               c(affinity_break_margin=0, full_determinism=True, hash_mode="stable"), big,
+               max(cap - 1, 1)),
+        BfsRun("margin 1, observed loads", c(affinity_break_margin=1), observed, cap),
+        BfsRun("gate abs 1 rel 3/2", c(dual_threshold=GATE), wide, cap + 1),
+        BfsRun("gate abs 1 rel 1", c(dual_threshold=FLAT_GATE), big if big_gate else wide, cap),
+        BfsRun("legacy, leases", c(lease_accounting=True), lease, cap, lease_cap),
+        BfsRun("margin 1, leases", c(affinity_break_margin=1, lease_accounting=True),
+               lease_keyed, cap, lease_cap),
+        BfsRun("margin 1, well-formed traces", c(affinity_break_margin=1), wide, cap,
+               env="in_flight"),
+        BfsRun("hazard: add on active server", c(affinity_break_margin=1), wide, cap,
+               env="in_flight+add_active"),
+        BfsRun("hazard: busy remove, late release", c(affinity_break_margin=1), wide, cap,
+               env="in_flight+remove_busy"),
+        BfsRun("margin 1, leases vs grants", c(affinity_break_margin=1, lease_accounting=True),
+               lease_keyed, cap, lease_cap, env="lease"),
+        BfsRun("limit: ambiguous lease releases",
+               c(affinity_break_margin=1, lease_accounting=True), lease_keyed, cap, lease_cap,
+               env="lease+ambiguous"),
+    )
+
+
+SMALL = Scope(
+    name="small",
+    lemma_ns=(1, 2, 3, 4), induction_ns=(1, 2, 3, 4, 8), gate_ns=(1, 2, 3), mutant_n=3,
+    bmc_depth=4, conformance_sample=40,
+    bfs_runs=_runs(_u(2, "ab", False), _u(2, "abc", False), 2, 2, _u(2, "a"), _u(2, "a"), 2),
+    symmetry_check=BfsRun("margin 1, draw ties", _cfg(affinity_break_margin=1,
+                                                      tie_break="draw"),
+                          _u(2, "ab"), 2),
+    crosshair_condition_timeout=0.5, crosshair_diff_timeout=1.5,
+)
+
+DEFAULT = Scope(
+    name="default",
+    lemma_ns=tuple(range(1, 17)), induction_ns=(*range(1, 17), 24, 32),
+    gate_ns=tuple(range(1, 9)), mutant_n=3,
+    bmc_depth=8, conformance_sample=200,
+    bfs_runs=_runs(_u(3, "ab", False), _u(2, "abc"), 2, 2, _u(2, "a"), _u(2, "a"), 2),
+    symmetry_check=BfsRun("margin 1, draw ties", _cfg(affinity_break_margin=1,
+                                                      tie_break="draw"),
+                          _u(2, "abc"), 2),
+    crosshair_condition_timeout=0.75, crosshair_diff_timeout=2.0,
+)
+
+DEEP = Scope(
+    name="deep",
+    lemma_ns=tuple(range(1, 33)), induction_ns=tuple(range(1, 33)),
+    gate_ns=tuple(range(1, 17)), mutant_n=4,
+    bmc_depth=12, conformance_sample=3000,
+    bfs_runs=_runs(_u(3, "abc"), _u(2, "abcd"), 3, 3, _u(2, "ab"), _u(3, "ab", False), 3,
+                   big_gate=True, big_lockstep=True,
+                   observed=attrs.evolve(_u(2, "abc"), observe_max=3)),
+    symmetry_check=BfsRun("margin 1, draw ties", _cfg(affinity_break_margin=1,
+                                                      tie_break="draw", max_cache_size=3),
+                          _u(3, "abc"), 2),
+    crosshair_condition_timeout=5.0, crosshair_diff_timeout=20.0,
+)
+
+SCOPES = {s.name: s for s in (SMALL, DEFAULT, DEEP)}
+
+
+def scope_named(name: str) -> Scope:
+    try:
+        return SCOPES[name]
+    except KeyError:
+        raise ValueError(f"scope must be one of {sorted(SCOPES)}, got {name!r}") from None

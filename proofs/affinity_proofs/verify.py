@@ -1,0 +1,169 @@
+"""Orchestration of ``affinity verify``: schedule every job, assemble the rows.
+
+Theory of operation
+-------------------
+:func:`plan` lists the jobs of a scope: one per Z3 lemma, the BMC, the counterexample
+witnesses, the encoding-conformance sweep, the symmetry check, one BFS exploration per
+configuration, one BFS mutant search per (mutant, obligation), and the subprocess
+methods (CrossHair, cross-process determinism).
+
+:func:`run` executes them on a pool of worker processes (``spawn``: mutants patch module
+globals, so every worker has its own copy of the core, and no thread of the main
+process is forked) while the subprocess methods run on threads, and reports progress
+through a callback. It then turns the BFS summaries into rows: per obligation, the
+explorations in which its checks applied, their states and time, the violations (there
+must be none), and the mutants its checks refuted. Hazard and limit runs must *find*
+their documented exception.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import time
+from collections.abc import Callable
+from concurrent.futures import (
+    Executor,
+    Future,
+    ProcessPoolExecutor,
+    ThreadPoolExecutor,
+    as_completed,
+)
+from typing import Any
+
+import attrs
+
+from . import jobs
+from .bfs_checks import CHECKS
+from .mutants import MUTANTS
+from .report import MutantVerdict, Row
+from .scopes import Scope
+from .z3_lemmas import LEMMAS
+
+__all__ = ["Job", "plan", "run"]
+
+Progress = Callable[[str, int, int], None]  # (finished job, done, total)
+
+
+@attrs.frozen
+class Job:
+    name: str
+    fn: Callable[..., Any]
+    args: tuple[Any, ...]
+    subprocess: bool = False  # runs on a thread; the work is in child processes
+    weight: int = 1  # rough cost, for scheduling the long jobs first
+
+
+BFS_OBLIGATIONS = sorted({c.obligation for c in CHECKS})
+# Mutants whose refutation belongs to an environment row (in-flight / lease ground truth).
+ENV_MUTANTS = (("acquire_counts_wrong_server", 9), ("lease_ignores_epoch", 14))
+
+
+def plan(scope: Scope, write_counterexamples: bool = False) -> list[Job]:
+    out = [Job("crosshair", jobs.crosshair_jobs, (scope,), subprocess=True, weight=50),
+           Job("determinism subprocesses", jobs.determinism_job, (), subprocess=True,
+               weight=5)]
+    for run in scope.bfs_runs:
+        cost = len(run.universe.servers) ** 3 * (run.load_cap + 1)
+        out.append(Job(f"BFS {run.label}", jobs.bfs_spec_job, (run,), weight=cost))
+    for lemma in LEMMAS:
+        out.append(Job(f"Z3 {lemma.name}", jobs.z3_lemma_job, (lemma.name, scope), weight=3))
+    out += [Job("Z3 BMC", jobs.bmc_job, (scope,), weight=5),
+            Job("counterexamples", jobs.counterexample_job, (write_counterexamples,)),
+            Job("encoding conformance", jobs.conformance_job, (scope,), weight=5),
+            Job("symmetry", jobs.symmetry_job, (scope,), weight=3)]
+    runs = scope.bfs_runs
+    for mutant in MUTANTS:
+        for obligation in mutant.obligations:
+            if obligation in BFS_OBLIGATIONS:
+                out.append(Job(f"BFS mutant {mutant.name}", jobs.bfs_mutant_job,
+                               (mutant.name, obligation, runs, False)))
+    for name, obligation in ENV_MUTANTS:
+        out.append(Job(f"BFS env mutant {name}", jobs.bfs_mutant_job,
+                       (name, obligation, runs, True)))
+    out.sort(key=lambda j: -j.weight)
+    return out
+
+
+def run(scope: Scope, *, workers: int = 2, write_counterexamples: bool = False,
+        progress: Progress | None = None) -> tuple[list[Row], dict[str, Any], float]:
+    start = time.perf_counter()
+    todo = plan(scope, write_counterexamples)
+    results: dict[str, Any] = {}
+    context = multiprocessing.get_context("spawn")
+    with ProcessPoolExecutor(max_workers=max(1, workers), mp_context=context) as pool, \
+            ThreadPoolExecutor(max_workers=2) as threads:
+        futures: dict[Future[Any], Job] = {}
+        for job in todo:
+            executor: Executor = threads if job.subprocess else pool
+            futures[executor.submit(job.fn, *job.args)] = job
+        for done, future in enumerate(as_completed(futures), start=1):
+            job = futures[future]
+            results[job.name] = future.result()
+            if progress is not None:
+                progress(job.name, done, len(todo))
+    rows: list[Row] = []
+    for job in todo:
+        value = results[job.name]
+        if isinstance(value, list):
+            rows.extend(value)
+    summaries = [results[f"BFS {r.label}"] for r in scope.bfs_runs]
+    searches = [v for k, v in results.items() if k.startswith(("BFS mutant", "BFS env mutant"))]
+    rows.extend(bfs_rows(scope, summaries, searches))
+    rows.sort(key=lambda r: (r.obligation, _METHOD_ORDER.get(r.method.split(" ")[0], 9)))
+    extra = {"bfs_runs": summaries, "bfs_mutant_searches": searches}
+    return rows, extra, time.perf_counter() - start
+
+
+_METHOD_ORDER = {"Z3": 0, "BFS": 1, "CrossHair": 2, "subprocesses": 3}
+
+
+def _scope_text(summaries: list[dict[str, Any]]) -> str:
+    servers = max(int(s["scope"].split(" servers")[0]) for s in summaries)
+    caps = max(int(s["scope"].split("loads <= ")[1].split(",")[0]) for s in summaries)
+    return f"{len(summaries)} configs, N<={servers}, loads<={caps}"
+
+
+def bfs_rows(scope: Scope, summaries: list[dict[str, Any]],
+             searches: list[dict[str, Any]]) -> list[Row]:
+    rows = []
+    for obligation in BFS_OBLIGATIONS:
+        mine = [s for s in summaries if obligation in s["obligations"]
+                and s["env"] == "free"]
+        rows.append(_row(obligation, "BFS all interleavings", mine, searches, env=False))
+    for obligation, envs, method in ((9, ("in_flight",), "BFS in-flight ground truth"),
+                                     (14, ("lease",), "BFS lease ground truth")):
+        mine = [s for s in summaries if s["env"].split("+")[0] in envs]
+        rows.append(_row(obligation, method, mine, searches, env=True))
+    return rows
+
+
+def _row(obligation: int, method: str, mine: list[dict[str, Any]],
+         searches: list[dict[str, Any]], env: bool) -> Row:
+    problems: list[str] = []
+    notes: list[str] = []
+    for s in mine:
+        own = [v for v in s["violations"] if v["obligation"] == obligation]
+        if s["expects_violation"]:
+            if not own:
+                problems.append(f"{s['label']}: the documented exception was NOT found")
+            else:
+                notes.append(f"{s['label']} (documented, found): {own[0]['trace']}")
+        elif own:
+            problems.append(f"{s['label']}: {own[0]['trace']}")
+        if s["truncated"] and not s["expects_violation"]:
+            problems.append(f"{s['label']}: exploration truncated")
+    states = sum(s["states"] for s in mine if not s["expects_violation"])
+    seconds = sum(s["seconds"] for s in mine)
+    rate = states / seconds if seconds else 0.0
+    verdicts = tuple(
+        MutantVerdict(m["mutant"], jobs.describe(m["mutant"]), m["refuted"],
+                      (f"{m['run']}: " if m["run"] else "") + m["evidence"])
+        for m in searches if m["obligation"] == obligation and m["env_only"] == env)
+    detail = "; ".join(problems) if problems else \
+        f"{states} states, {rate:.0f} states/s; no violation"
+    if notes:
+        detail += "; " + "; ".join(notes)
+    scope_text = _scope_text(mine) if mine else "no configuration"
+    return Row(obligation, method, scope_text, bool(mine) and not problems, seconds, verdicts,
+               detail, evidence={"runs": [s["label"] for s in mine], "states": states,
+                                 "states_per_second": round(rate)})
