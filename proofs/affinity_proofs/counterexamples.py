@@ -22,9 +22,10 @@ A witness becomes a document of this shape (the vector suite of issue 4 will abs
 :func:`replay` runs a document through the *real* core: every ``expect`` must match, and
 :func:`violation` then evaluates the documented property on the replayed trace. So a
 file is checked twice -- the Z3 decisions must be the core's, and the property must
-really fail. ``affinity verify`` regenerates the documents deterministically (same Z3
-version, same formula, same model) and compares them with the checked-in files;
-``affinity verify --write-counterexamples`` rewrites them.
+really fail. Each witness is the lexicographically least shortest trace (see
+:func:`~affinity_proofs.z3_bmc.shortest_trace`), a function of the formula alone, so
+``affinity verify`` regenerates the documents and fails if they differ from the checked-in
+files; ``affinity verify --write-counterexamples`` rewrites them.
 """
 
 from __future__ import annotations

@@ -17,8 +17,10 @@ Two bad-state predicates:
 * ``global_skew``: after the last step ``max - min > bound`` (R-SKEW-4: a fact for every
   rule, because releases are chosen by the environment).
 
-:func:`shortest_trace` deepens ``depth`` from 1, so a witness is a shortest one; no
-witness up to the limit is a bounded proof.
+:func:`shortest_trace` deepens ``depth`` from 1, so a witness is a shortest one, and then
+fixes it to the lexicographically least trace of that length (acquire before release,
+smaller key or server first), which makes it reproducible; no witness up to the limit is
+a bounded proof.
 """
 
 from __future__ import annotations
@@ -110,6 +112,37 @@ def _read(model: Any, run: _Unrolling) -> tuple[tuple[BmcStep, ...], tuple[int, 
     return tuple(steps), tuple(_value(model, x) for x in run.loads)
 
 
+def _canonicalise(solver: Any, run: _Unrolling) -> None:
+    """Fix the witness to the lexicographically least trace of its length.
+
+    Z3's model depends on solver internals (and on what else the process asked before),
+    so the raw model is not reproducible. Step by step, prefer an acquire to a release,
+    then the smallest key or server; the unused field of each step is fixed to 0. The
+    result is unique for the formula, hence the same in every run.
+    """
+    for frame in run.frames:
+        for choice in (frame["acquire"], z3.Not(frame["acquire"])):
+            solver.push()
+            solver.add(choice)
+            if solver.check() == z3.sat:
+                break
+            solver.pop()
+        else:  # pragma: no cover - one of the two always holds in a satisfiable trace
+            raise RuntimeError("no step choice is satisfiable")
+        acquire = z3.is_true(solver.model().eval(frame["acquire"], model_completion=True))
+        used, unused = (frame["key"], frame["server"]) if acquire else \
+            (frame["server"], frame["key"])
+        solver.add(unused == 0)
+        for value in range(run.n if not acquire else run.keys):
+            solver.push()
+            solver.add(used == value)
+            if solver.check() == z3.sat:
+                break
+            solver.pop()
+    if solver.check() != z3.sat:  # pragma: no cover - every choice kept satisfiability
+        raise RuntimeError("canonical witness lost satisfiability")
+
+
 def shortest_trace(n: int, keys: int, max_depth: int, *, margin: int | None, bad: str,
                    bound: int, rules: Rules = SPEC, timeout_s: float = 60.0) -> BmcResult:
     """The shortest trace reaching ``bad`` within ``max_depth`` steps, if any."""
@@ -130,6 +163,7 @@ def shortest_trace(n: int, keys: int, max_depth: int, *, margin: int | None, bad
         if answer == z3.unknown:
             raise RuntimeError(f"z3 returned unknown at depth {depth} (timeout {timeout_s}s)")
         if answer == z3.sat:
+            _canonicalise(solver, run)
             steps, final = _read(solver.model(), run)
             return BmcResult(True, depth, time.perf_counter() - start, steps, final)
         solver.pop()
