@@ -260,7 +260,10 @@ def explore(
                 if check.name in failed or (check.per_state and not fresh) or (
                         check.events is not None and not isinstance(event, check.events)):
                     continue
-                message = error if error is not None else check.violation(edge)
+                try:
+                    message = error if error is not None else check.violation(edge)
+                except Exception as exc:  # a check that cannot evaluate is a finding too
+                    message = f"check raised {type(exc).__name__}: {exc}"
                 if message is not None:
                     failed.add(check.name)
                     trace, labels = trace_to(key, event, label)

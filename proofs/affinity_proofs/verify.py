@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import multiprocessing
 import time
+import traceback
 from collections.abc import Callable
 from concurrent.futures import (
     Executor,
@@ -51,6 +52,7 @@ class Job:
     args: tuple[Any, ...]
     subprocess: bool = False  # runs on a thread; the work is in child processes
     weight: int = 1  # rough cost, for scheduling the long jobs first
+    obligation: int = 0  # where a crash of this job is reported
 
 
 BFS_OBLIGATIONS = sorted({c.obligation for c in CHECKS})
@@ -61,27 +63,35 @@ ENV_MUTANTS = (("acquire_counts_wrong_server", 9), ("lease_ignores_epoch", 14))
 def plan(scope: Scope, write_counterexamples: bool = False) -> list[Job]:
     out = [Job("crosshair", jobs.crosshair_jobs, (scope,), subprocess=True, weight=50),
            Job("determinism subprocesses", jobs.determinism_job, (), subprocess=True,
-               weight=5)]
+               weight=5, obligation=2)]
     for run in scope.bfs_runs:
         cost = len(run.universe.servers) ** 3 * (run.load_cap + 1)
         out.append(Job(f"BFS {run.label}", jobs.bfs_spec_job, (run,), weight=cost))
     for lemma in LEMMAS:
-        out.append(Job(f"Z3 {lemma.name}", jobs.z3_lemma_job, (lemma.name, scope), weight=3))
-    out += [Job("Z3 BMC", jobs.bmc_job, (scope,), weight=5),
-            Job("counterexamples", jobs.counterexample_job, (write_counterexamples,)),
+        out.append(Job(f"Z3 {lemma.name}", jobs.z3_lemma_job, (lemma.name, scope), weight=3,
+                       obligation=lemma.obligation))
+    out += [Job("Z3 BMC", jobs.bmc_job, (scope,), weight=5, obligation=3),
+            Job("counterexamples", jobs.counterexample_job, (write_counterexamples,),
+                obligation=3),
             Job("encoding conformance", jobs.conformance_job, (scope,), weight=5),
             Job("symmetry", jobs.symmetry_job, (scope,), weight=3)]
     runs = scope.bfs_runs
     for mutant in MUTANTS:
         for obligation in mutant.obligations:
             if obligation in BFS_OBLIGATIONS:
-                out.append(Job(f"BFS mutant {mutant.name}", jobs.bfs_mutant_job,
-                               (mutant.name, obligation, runs, False)))
+                out.append(Job(f"BFS mutant {mutant.name} #{obligation}", jobs.bfs_mutant_job,
+                               (mutant.name, obligation, runs, False), obligation=obligation))
     for name, obligation in ENV_MUTANTS:
-        out.append(Job(f"BFS env mutant {name}", jobs.bfs_mutant_job,
-                       (name, obligation, runs, True)))
+        out.append(Job(f"BFS env mutant {name} #{obligation}", jobs.bfs_mutant_job,
+                       (name, obligation, runs, True), obligation=obligation))
     out.sort(key=lambda j: -j.weight)
     return out
+
+
+def _crashed(job: Job, exc: BaseException) -> Row:
+    text = "".join(traceback.format_exception_only(type(exc), exc)).strip()
+    return Row(job.obligation, f"{job.name} (crashed)", "-", False, 0.0, (),
+               f"job raised: {text}")
 
 
 def run(scope: Scope, *, workers: int = 2, write_counterexamples: bool = False,
@@ -98,7 +108,10 @@ def run(scope: Scope, *, workers: int = 2, write_counterexamples: bool = False,
             futures[executor.submit(job.fn, *job.args)] = job
         for done, future in enumerate(as_completed(futures), start=1):
             job = futures[future]
-            results[job.name] = future.result()
+            try:
+                results[job.name] = future.result()
+            except Exception as exc:  # a crashing job is a failed row, not a crashed run
+                results[job.name] = [_crashed(job, exc)]
             if progress is not None:
                 progress(job.name, done, len(todo))
     rows: list[Row] = []
@@ -106,8 +119,9 @@ def run(scope: Scope, *, workers: int = 2, write_counterexamples: bool = False,
         value = results[job.name]
         if isinstance(value, list):
             rows.extend(value)
-    summaries = [results[f"BFS {r.label}"] for r in scope.bfs_runs]
-    searches = [v for k, v in results.items() if k.startswith(("BFS mutant", "BFS env mutant"))]
+    summaries = [v for r in scope.bfs_runs if isinstance(v := results[f"BFS {r.label}"], dict)]
+    searches = [v for k, v in results.items()
+                if k.startswith(("BFS mutant", "BFS env mutant")) and isinstance(v, dict)]
     rows.extend(bfs_rows(scope, summaries, searches))
     rows.sort(key=lambda r: (r.obligation, _METHOD_ORDER.get(r.method.split(" ")[0], 9)))
     extra = {"bfs_runs": summaries, "bfs_mutant_searches": searches}
