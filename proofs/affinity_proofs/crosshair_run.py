@@ -31,7 +31,8 @@ import attrs
 
 from . import contracts
 
-__all__ = ["CheckOutcome", "DiffOutcome", "run_check", "run_diff"]
+__all__ = ["CheckOutcome", "DiffOutcome", "FunctionVerdict", "parse_check", "run_check",
+           "run_diff", "source_ranges"]
 
 _LINE = re.compile(r"^(?P<file>.+?):(?P<line>\d+): (?P<level>\w+): (?P<message>.*)$")
 MODULE = "affinity_proofs.contracts"
@@ -52,7 +53,9 @@ class FunctionVerdict:
 
     @property
     def refuted(self) -> bool:
-        return any("false when calling" in e or "when calling" in e for e in self.errors)
+        """A counterexample: a false post ("false when calling f(...)") or an exception
+        ("ValueError when calling f(...)") -- not an unmet precondition."""
+        return any("when calling" in e for e in self.errors)
 
 
 @attrs.frozen
@@ -69,7 +72,7 @@ class CheckOutcome:
         raise KeyError(name)
 
 
-def _ranges(names: Sequence[str]) -> dict[str, tuple[int, int, int]]:
+def source_ranges(names: Sequence[str]) -> dict[str, tuple[int, int, int]]:
     """name -> (first line, last line, number of post: lines)."""
     out = {}
     for name in names:
@@ -84,19 +87,16 @@ def _command() -> list[str]:
     return [sys.executable, "-m", "crosshair"]
 
 
-def run_check(names: Sequence[str], per_condition_timeout: float,
-              timeout_s: float = 600.0) -> CheckOutcome:
-    start = time.perf_counter()
-    targets = [f"{MODULE}.{n}" for n in names]
-    proc = subprocess.run(
-        [*_command(), "check", "--report_all",
-         f"--per_condition_timeout={per_condition_timeout}", *targets],
-        capture_output=True, text=True, timeout=timeout_s, check=False)
-    ranges = _ranges(names)
+def parse_check(output: str, ranges: dict[str, tuple[int, int, int]]
+                ) -> tuple[tuple[FunctionVerdict, ...], tuple[str, ...]]:
+    """Attribute each ``file:line: level: message`` line to the wrapper whose source range
+    holds the line; "Unable to meet precondition" counts as an error, never a verdict.
+    Returns the per-wrapper verdicts and the lines no wrapper owns."""
+    names = list(ranges)
     verdicts: dict[str, list[str]] = {n: [] for n in names}
     errors: dict[str, list[str]] = {n: [] for n in names}
     stray: list[str] = []
-    for raw in (proc.stdout + proc.stderr).splitlines():
+    for raw in output.splitlines():
         line = raw.strip()
         if not line:
             continue
@@ -115,8 +115,19 @@ def run_check(names: Sequence[str], per_condition_timeout: float,
             errors[owner].append(message)
     functions = tuple(FunctionVerdict(n, ranges[n][2], tuple(verdicts[n]), tuple(errors[n]))
                       for n in names)
-    return CheckOutcome(functions, proc.returncode, tuple(stray),
-                        time.perf_counter() - start)
+    return functions, tuple(stray)
+
+
+def run_check(names: Sequence[str], per_condition_timeout: float,
+              timeout_s: float = 600.0) -> CheckOutcome:
+    start = time.perf_counter()
+    targets = [f"{MODULE}.{n}" for n in names]
+    proc = subprocess.run(
+        [*_command(), "check", "--report_all",
+         f"--per_condition_timeout={per_condition_timeout}", *targets],
+        capture_output=True, text=True, timeout=timeout_s, check=False)
+    functions, stray = parse_check(proc.stdout + proc.stderr, source_ranges(names))
+    return CheckOutcome(functions, proc.returncode, stray, time.perf_counter() - start)
 
 
 @attrs.frozen
