@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
@@ -37,11 +38,21 @@ def register(parser: argparse.ArgumentParser) -> None:
                         help="bounds of every method (default: %(default)s, <= 60 s)")
     parser.add_argument("--json", dest="json_path", metavar="FILE", type=Path,
                         help="write the full report as JSON")
-    parser.add_argument("--workers", type=int, default=2,
-                        help="worker processes (default: %(default)s)")
+    parser.add_argument("--workers", type=_workers, default=2,
+                        help="worker processes, 1..64 (default: %(default)s)")
     parser.add_argument("--write-counterexamples", action="store_true",
                         help="rewrite proofs/counterexamples/*.json from the Z3 witnesses")
     parser.set_defaults(run=run)
+
+
+def _workers(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if not 1 <= value <= 64:
+        raise argparse.ArgumentTypeError(f"--workers must be an integer 1..64, got {text!r}")
+    return value
 
 
 def _versions() -> dict[str, str]:
@@ -66,9 +77,10 @@ def _table(rows: list[Row], scope: str, seconds: float) -> Table:
         first = r.obligation != previous
         previous = r.obligation
         style = "" if r.passed else "bold red"
-        table.add_row(f"{r.obligation}. {titles[r.obligation]}" if first else "",
-                      " ".join(r.requirement_ids), r.method, r.scope, r.result,
-                      f"{r.seconds:.1f}s", r.mutant_score, style=style)
+        cells = (f"{r.obligation}. {titles[r.obligation]}" if first else "",
+                 " ".join(r.requirement_ids), r.method, r.scope, r.result,
+                 f"{r.seconds:.1f}s", r.mutant_score)
+        table.add_row(*(escape(c) for c in cells), style=style)
     return table
 
 
@@ -106,9 +118,10 @@ def run(args: argparse.Namespace) -> int:
     out.print(_table(rows, scope.name, seconds))
     problems = _problems(rows)
     refuted = sorted({m.name for r in rows for m in r.mutants if m.refuted})
-    out.print(f"mutants refuted: {len(refuted)} distinct ({', '.join(refuted)})")
+    out.print(f"mutants refuted: {len(refuted)} distinct ({', '.join(refuted)})",
+              highlight=False)
     for line in problems:
-        out.print(f"[red]FAIL[/] {line}", highlight=False)
+        out.print(f"[red]FAIL[/] {escape(line)}", highlight=False)
     report: dict[str, Any] = to_json(scope.name, rows, seconds,
                                      [{"name": m.name, "description": m.description,
                                        "obligations": list(m.obligations)} for m in MUTANTS],
