@@ -7,7 +7,7 @@ An event is one call on verl's balancer API, as an immutable value (R-EV-1):
 * :class:`Acquire` -- ``acquire_server(request_id)``. ``request_id=None`` is an unkeyed
   request (an HTTP request without a session key): placed least-loaded, never pinned.
   ``tie_draw`` carries the randomness of the ``draw`` tie-break and ``request_hash`` the
-  caller's ``hash(request_id)`` for the ``caller`` hash mode, so the core never draws or
+  caller's builtin hash of the request id for the ``caller`` hash mode, so the core never draws or
   hashes by itself.
 * :class:`Release` -- ``release_server(server_id, request_id=None)``.
 * :class:`AddServers` / :class:`RemoveServers` -- pool changes, in the given order.

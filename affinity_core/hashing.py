@@ -2,7 +2,7 @@
 
 Theory of operation
 -------------------
-The core never calls Python's builtin ``hash()``: it is salted per process unless
+The core never calls Python's builtin hash function: it is salted per process unless
 ``PYTHONHASHSEED`` is fixed, so two processes can route the same id differently
 (verl issue #7666). The spec defines one portable hash (R-HASH-1):
 

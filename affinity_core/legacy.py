@@ -127,7 +127,7 @@ def legacy_step(model: LegacyModel, event: Event, *, ties: Ties = "first") -> Le
 
     verl has no unkeyed requests and no load observations: an ``Acquire`` without a
     request id or an ``ObserveLoads`` is a ``ValueError`` here. ``request_hash`` stands for
-    verl's ``hash(request_id)`` (0 when the event carries none).
+    verl's builtin hash of the request id (0 when the event carries none).
     """
     if isinstance(event, Acquire):
         if event.request_id is None:

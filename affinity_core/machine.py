@@ -2,7 +2,7 @@
 
 Theory of operation
 -------------------
-Rule 1: no I/O, clock, randomness, builtin ``hash()``, floats or logging: randomness and
+Rule 1: no I/O, clock, randomness, the builtin hash function, floats or logging: randomness and
 hashes arrive in event fields (R-PURE-1).
 Rule 2: every state change happens here. :data:`TRANSITIONS` maps each event type to
 its handler, and :data:`ACQUIRE_RULES` maps each way an acquire can meet the sticky map
