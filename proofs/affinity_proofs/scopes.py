@@ -86,40 +86,46 @@ def _cfg(**kw: object) -> Config:
 
 def _runs(big: Universe, wide: Universe, cap: int, cache: int, lease: Universe,
           lease_keyed: Universe, lease_cap: int, big_gate: bool = False,
-          big_lockstep: bool = False, observed: Universe | None = None) -> tuple[BfsRun, ...]:
+          big_lockstep: bool = False, observed: Universe | None = None,
+          wide_cap: int | None = None) -> tuple[BfsRun, ...]:
+    """The BFS runs of a scope. ``big``: the 3-server universe (runs where a third server
+    matters); ``wide``: 2 servers with more request ids (eviction, unkeyed requests)."""
     observed = observed or attrs.evolve(_u(2, "ab", False), observe_max=1)
+    wcap = cap if wide_cap is None else wide_cap
+
     def c(**kw: object) -> Config:
         kw.setdefault("max_cache_size", cache)
         return _cfg(**kw)
 
     return (
-        BfsRun("legacy, first ties", c(), big if big_lockstep else wide, cap),
+        BfsRun("legacy, first ties", c(), *((big, cap) if big_lockstep else (wide, wcap))),
         BfsRun("legacy, draw ties", c(tie_break="draw"), big, cap, symmetry=True),
-        BfsRun("legacy, full_determinism caller", c(full_determinism=True), wide, cap),
-        BfsRun("margin 0, first ties", c(affinity_break_margin=0), wide, cap),
+        BfsRun("legacy, full_determinism caller", c(full_determinism=True), wide, wcap),
+        BfsRun("margin 0, first ties", c(affinity_break_margin=0), wide, wcap),
         BfsRun("margin 1, first ties", c(affinity_break_margin=1), big, cap),
-        BfsRun("margin 2, first ties", c(affinity_break_margin=2), wide, cap + 1),
+        BfsRun("margin 2, first ties", c(affinity_break_margin=2), wide, max(wcap, cap + 1)),
         BfsRun("margin 1, draw ties", c(affinity_break_margin=1, tie_break="draw"),
-               big if big_lockstep else wide, cap, symmetry=True),
+               *((big, cap) if big_lockstep else (wide, wcap)), symmetry=True),
         BfsRun("margin 1, hashed ties", c(affinity_break_margin=1, tie_break="hashed"), wide,
-               cap),
+               wcap),
         BfsRun("margin 1, full_determinism caller",
-               c(affinity_break_margin=1, full_determinism=True), wide, cap),
+               c(affinity_break_margin=1, full_determinism=True), wide, wcap),
         # Under full_determinism decisions ignore load: the hash and pool order matter.
         BfsRun("margin 0, full_determinism stable",
                c(affinity_break_margin=0, full_determinism=True, hash_mode="stable"), big,
                max(cap - 1, 1)),
         BfsRun("margin 1, observed loads", c(affinity_break_margin=1), observed, cap),
-        BfsRun("gate abs 1 rel 3/2", c(dual_threshold=GATE), wide, cap + 1),
-        BfsRun("gate abs 1 rel 1", c(dual_threshold=FLAT_GATE), big if big_gate else wide, cap),
+        BfsRun("gate abs 1 rel 3/2", c(dual_threshold=GATE), wide, max(wcap, cap + 1)),
+        BfsRun("gate abs 1 rel 1", c(dual_threshold=FLAT_GATE),
+               *((big, cap) if big_gate else (wide, wcap))),
         BfsRun("legacy, leases", c(lease_accounting=True), lease, cap, lease_cap),
         BfsRun("margin 1, leases", c(affinity_break_margin=1, lease_accounting=True),
                lease_keyed, cap, lease_cap),
-        BfsRun("margin 1, well-formed traces", c(affinity_break_margin=1), wide, cap,
+        BfsRun("margin 1, well-formed traces", c(affinity_break_margin=1), wide, wcap,
                env="in_flight"),
-        BfsRun("hazard: add on active server", c(affinity_break_margin=1), wide, cap,
+        BfsRun("hazard: add on active server", c(affinity_break_margin=1), wide, wcap,
                env="in_flight+add_active"),
-        BfsRun("hazard: busy remove, late release", c(affinity_break_margin=1), wide, cap,
+        BfsRun("hazard: busy remove, late release", c(affinity_break_margin=1), wide, wcap,
                env="in_flight+remove_busy"),
         BfsRun("margin 1, leases vs grants", c(affinity_break_margin=1, lease_accounting=True),
                lease_keyed, cap, lease_cap, env="lease"),
@@ -157,12 +163,14 @@ DEEP = Scope(
     lemma_ns=tuple(range(1, 33)), induction_ns=tuple(range(1, 33)),
     gate_ns=tuple(range(1, 17)), mutant_n=4,
     bmc_depth=12, conformance_sample=3000,
-    bfs_runs=_runs(_u(3, "abc"), _u(2, "abcd"), 3, 3, _u(2, "ab"), _u(3, "ab", False), 3,
-                   big_gate=True, big_lockstep=True,
-                   observed=attrs.evolve(_u(2, "abc"), observe_max=3)),
+    # Per run: 3 servers x 3 ids at loads <= 2 and cache 3 is ~100,000-200,000 states
+    # (~75 s CPU); the 2-server runs reach loads <= 3 with 4 ids and an unkeyed id.
+    bfs_runs=_runs(_u(3, "abc", False), _u(2, "abcd"), 2, 3, _u(2, "ab"), _u(2, "ab", False),
+                   3, big_gate=True, big_lockstep=True,
+                   observed=attrs.evolve(_u(2, "abc"), observe_max=2), wide_cap=3),
     symmetry_check=BfsRun("margin 1, draw ties", _cfg(affinity_break_margin=1,
-                                                      tie_break="draw", max_cache_size=3),
-                          _u(3, "abc"), 2),
+                                                      tie_break="draw"),
+                          _u(3, "ab", False), 2),
     crosshair_condition_timeout=5.0, crosshair_diff_timeout=20.0,
 )
 

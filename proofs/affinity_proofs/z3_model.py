@@ -12,9 +12,16 @@ one acquire:
 * ``margin_on`` / ``margin`` -- PR #7435's margin, ``gate_on`` / ``gate_abs`` /
   ``rel_num`` / ``rel_den`` -- PR #6533's gate (mutually exclusive, R-POL-1);
 * ``det`` / ``det_index`` -- ``full_determinism`` and its hash index (R-DET-1..3);
-* ``tie`` -- which of the tied minima (pool order) a placement takes. It is symbolic in
-  ``[0, ties)``, so every lemma covers every tie-break mode at once (first = 0, draw,
-  hashed); the functional "first" encoding is ``tie = 0``.
+* ``tie`` -- which of the tied minima (pool order) a placement takes, symbolic in
+  ``[0, ties)``: ``tie = 0`` is "first", any value is a draw or a hash.
+
+Two forms. The *functional* form (``AcquireVars(n)``) computes min, max, the pinned load
+and the ``tie``-th minimum with If-chains, exactly as the core picks; the default-null
+equivalence and the BMC use it. The *relational* form (``relational=True``) introduces
+fresh variables for the minimum, maximum, pinned load and placement, with defining
+constraints in :meth:`AcquireVars.domain`; the placement is *any* server at the minimum,
+so a lemma proved relationally holds for every tie-break mode (R-REL-1), and it scales
+far better (induction at N = 32 in about a second).
 
 :func:`decide` returns the chosen index, whether the pin was kept or broken, and the pin
 afterwards. :class:`Rules` selects an *encoded mutant* (the default is the spec); the
