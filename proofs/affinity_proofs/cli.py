@@ -42,7 +42,21 @@ def register(parser: argparse.ArgumentParser) -> None:
                         help="worker processes, 1..64 (default: %(default)s)")
     parser.add_argument("--write-counterexamples", action="store_true",
                         help="rewrite proofs/counterexamples/*.json from the Z3 witnesses")
+    parser.add_argument("--only", type=_obligation, action="append", metavar="N",
+                        help="check only obligation N (0..14, repeatable)")
     parser.set_defaults(run=run)
+
+
+def _obligation(text: str) -> int:
+    numbers = {o.number for o in OBLIGATIONS}
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if value not in numbers:
+        raise argparse.ArgumentTypeError(
+            f"--only must be an obligation number {min(numbers)}..{max(numbers)}, got {text!r}")
+    return value
 
 
 def _workers(text: str) -> int:
@@ -84,7 +98,7 @@ def _table(rows: list[Row], scope: str, seconds: float) -> Table:
     return table
 
 
-def _problems(rows: list[Row]) -> list[str]:
+def _problems(rows: list[Row], only: frozenset[int] | None) -> list[str]:
     out = []
     for r in rows:
         if not r.holds:
@@ -94,6 +108,8 @@ def _problems(rows: list[Row]) -> list[str]:
                 out.append(f"[{r.obligation}] {r.method}: mutant {m.name} SURVIVED "
                            f"({m.description}): {m.evidence}")
     for o in OBLIGATIONS:
+        if only is not None and o.number not in only:
+            continue
         ok, why = obligation_passed(o.number, rows)
         if not ok and why in ("no rows", "no refuted mutant"):
             out.append(f"[{o.number}] {o.title}: {why}")
@@ -102,6 +118,7 @@ def _problems(rows: list[Row]) -> list[str]:
 
 def run(args: argparse.Namespace) -> int:
     scope = scope_named(args.scope)
+    only = frozenset(args.only) if args.only else None
     out = Console(soft_wrap=False, width=max(Console().width, 140))
     err = Console(stderr=True)
     with Progress(TextColumn("[bold]verify[/] {task.description}"), BarColumn(),
@@ -114,9 +131,9 @@ def run(args: argparse.Namespace) -> int:
 
         rows, extra, seconds = run_scope(scope, workers=args.workers,
                                          write_counterexamples=args.write_counterexamples,
-                                         progress=progress)
+                                         progress=progress, only=only)
     out.print(_table(rows, scope.name, seconds))
-    problems = _problems(rows)
+    problems = _problems(rows, only)
     refuted = sorted({m.name for r in rows for m in r.mutants if m.refuted})
     out.print(f"mutants refuted: {len(refuted)} distinct ({', '.join(refuted)})",
               highlight=False)
@@ -125,7 +142,8 @@ def run(args: argparse.Namespace) -> int:
     report: dict[str, Any] = to_json(scope.name, rows, seconds,
                                      [{"name": m.name, "description": m.description,
                                        "obligations": list(m.obligations)} for m in MUTANTS],
-                                     {**extra, "versions": _versions()})
+                                     {**extra, "versions": _versions(),
+                                      "only": sorted(only) if only else None}, only)
     if args.json_path is not None:
         args.json_path.write_text(json.dumps(report, indent=2, default=str) + "\n",
                                   encoding="utf-8")

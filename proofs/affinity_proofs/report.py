@@ -124,9 +124,12 @@ def _row_json(r: Row) -> dict[str, Any]:
 
 
 def to_json(scope: str, rows: Sequence[Row], seconds: float,
-            catalogue: Sequence[dict[str, Any]], extra: dict[str, Any]) -> dict[str, Any]:
+            catalogue: Sequence[dict[str, Any]], extra: dict[str, Any],
+            only: frozenset[int] | None = None) -> dict[str, Any]:
     obligations = []
     for o in OBLIGATIONS:
+        if only is not None and o.number not in only:
+            continue
         ok, why = obligation_passed(o.number, rows)
         mine = [r for r in rows if r.obligation == o.number]
         obligations.append({

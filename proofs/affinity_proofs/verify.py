@@ -37,7 +37,7 @@ from . import jobs
 from .bfs_checks import CHECKS
 from .mutants import MUTANTS
 from .report import MutantVerdict, Row
-from .scopes import Scope
+from .scopes import BfsRun, Scope
 from .z3_lemmas import LEMMAS
 
 __all__ = ["Job", "plan", "run"]
@@ -53,6 +53,7 @@ class Job:
     subprocess: bool = False  # runs on a thread; the work is in child processes
     weight: int = 1  # rough cost, for scheduling the long jobs first
     obligation: int = 0  # where a crash of this job is reported
+    serves: frozenset[int] = frozenset()  # the obligations whose rows use its result
 
 
 BFS_OBLIGATIONS = sorted({c.obligation for c in CHECKS})
@@ -60,30 +61,50 @@ BFS_OBLIGATIONS = sorted({c.obligation for c in CHECKS})
 ENV_MUTANTS = (("acquire_counts_wrong_server", 9), ("lease_ignores_epoch", 14))
 
 
-def plan(scope: Scope, write_counterexamples: bool = False) -> list[Job]:
-    out = [Job("crosshair", jobs.crosshair_jobs, (scope,), subprocess=True, weight=50),
+CROSSHAIR_OBLIGATIONS = frozenset({1, *(v[0] for v in jobs.CROSSHAIR_SPEC.values())})
+
+
+def _serves(run: BfsRun) -> frozenset[int]:
+    from .bfs_tasks import env_of
+
+    _, env_checks = env_of(run)
+    return frozenset(c.obligation for c in (*CHECKS, *env_checks) if c.applies(run.config))
+
+
+def plan(scope: Scope, write_counterexamples: bool = False,
+         only: frozenset[int] | None = None) -> list[Job]:
+    """Every job of the scope; with ``only``, the jobs some selected obligation needs."""
+    out = [Job("crosshair", jobs.crosshair_jobs, (scope,), subprocess=True, weight=50,
+               serves=CROSSHAIR_OBLIGATIONS),
            Job("determinism subprocesses", jobs.determinism_job, (), subprocess=True,
-               weight=5, obligation=2)]
+               weight=5, obligation=2, serves=frozenset({2}))]
     for run in scope.bfs_runs:
         cost = len(run.universe.servers) ** 3 * (run.load_cap + 1)
-        out.append(Job(f"BFS {run.label}", jobs.bfs_spec_job, (run,), weight=cost))
+        out.append(Job(f"BFS {run.label}", jobs.bfs_spec_job, (run,), weight=cost,
+                       serves=_serves(run)))
     for lemma in LEMMAS:
         out.append(Job(f"Z3 {lemma.name}", jobs.z3_lemma_job, (lemma.name, scope), weight=3,
-                       obligation=lemma.obligation))
-    out += [Job("Z3 BMC", jobs.bmc_job, (scope,), weight=5, obligation=3),
+                       obligation=lemma.obligation, serves=frozenset({lemma.obligation})))
+    out += [Job("Z3 BMC", jobs.bmc_job, (scope,), weight=5, obligation=3,
+                serves=frozenset({3})),
             Job("counterexamples", jobs.counterexample_job, (write_counterexamples,),
-                obligation=3),
-            Job("encoding conformance", jobs.conformance_job, (scope,), weight=5),
-            Job("symmetry", jobs.symmetry_job, (scope,), weight=3)]
+                obligation=3, serves=frozenset({3})),
+            Job("encoding conformance", jobs.conformance_job, (scope,), weight=5,
+                serves=frozenset({0})),
+            Job("symmetry", jobs.symmetry_job, (scope,), weight=3, serves=frozenset({0}))]
     runs = scope.bfs_runs
     for mutant in MUTANTS:
         for obligation in mutant.obligations:
             if obligation in BFS_OBLIGATIONS:
                 out.append(Job(f"BFS mutant {mutant.name} #{obligation}", jobs.bfs_mutant_job,
-                               (mutant.name, obligation, runs, False), obligation=obligation))
+                               (mutant.name, obligation, runs, False), obligation=obligation,
+                               serves=frozenset({obligation})))
     for name, obligation in ENV_MUTANTS:
         out.append(Job(f"BFS env mutant {name} #{obligation}", jobs.bfs_mutant_job,
-                       (name, obligation, runs, True), obligation=obligation))
+                       (name, obligation, runs, True), obligation=obligation,
+                       serves=frozenset({obligation})))
+    if only is not None:
+        out = [j for j in out if j.serves & only]
     out.sort(key=lambda j: -j.weight)
     return out
 
@@ -95,9 +116,10 @@ def _crashed(job: Job, exc: BaseException) -> Row:
 
 
 def run(scope: Scope, *, workers: int = 2, write_counterexamples: bool = False,
-        progress: Progress | None = None) -> tuple[list[Row], dict[str, Any], float]:
+        progress: Progress | None = None, only: frozenset[int] | None = None
+        ) -> tuple[list[Row], dict[str, Any], float]:
     start = time.perf_counter()
-    todo = plan(scope, write_counterexamples)
+    todo = plan(scope, write_counterexamples, only)
     results: dict[str, Any] = {}
     context = multiprocessing.get_context("spawn")
     with ProcessPoolExecutor(max_workers=max(1, workers), mp_context=context) as pool, \
@@ -119,10 +141,13 @@ def run(scope: Scope, *, workers: int = 2, write_counterexamples: bool = False,
         value = results[job.name]
         if isinstance(value, list):
             rows.extend(value)
-    summaries = [v for r in scope.bfs_runs if isinstance(v := results[f"BFS {r.label}"], dict)]
+    summaries = [v for r in scope.bfs_runs
+                 if isinstance(v := results.get(f"BFS {r.label}"), dict)]
     searches = [v for k, v in results.items()
                 if k.startswith(("BFS mutant", "BFS env mutant")) and isinstance(v, dict)]
     rows.extend(bfs_rows(scope, summaries, searches))
+    if only is not None:
+        rows = [r for r in rows if r.obligation in only]
     rows.sort(key=lambda r: (r.obligation, _METHOD_ORDER.get(r.method.split(" ")[0], 9)))
     extra = {"bfs_runs": summaries, "bfs_mutant_searches": searches}
     return rows, extra, time.perf_counter() - start
