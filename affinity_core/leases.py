@@ -18,7 +18,9 @@ the pool (each add of an inactive server opens a new epoch). A release settles a
 * no lease: nothing moves, ``unknown_leases`` counts it (``unknown_lease``).
 
 So for every active server ``load == open leases of its current epoch`` (R-LEASE-5), and
-no sequence of releases can drive a count below the requests really in flight on it.
+no release can drive a count below the requests really in flight on it, provided a
+pair's releases arrive in acquire order and are not duplicated while a later turn of the
+pair is in flight (a release cannot name the turn it ends).
 Unkeyed requests hold leases under the key ``None``; a release without a request id
 settles one of them.
 """
