@@ -1,5 +1,10 @@
 """``affinity replay LOG...``: validate NDJSON decision logs against the spec.
 
+The files are one rotated set, oldest first: each is replayed from its own header, and
+each header must continue the file before it -- next ``seq``, same configuration, the
+state the previous file ended in (R-LOG-1). ``--separate`` checks unrelated files, each
+alone.
+
 Exit status: 0 every record matches the spec; 1 a record diverges (the first one is
 reported with the two records before it); 2 malformed input -- a file that cannot be
 read, is not a decision log, has a malformed line, or ends in a truncated line (unless
@@ -13,15 +18,19 @@ import json
 import sys
 from pathlib import Path
 
-from .log_replay import FileResult, LogError, replay_files
+from .log_replay import FileResult, LogError, replay_file, replay_files
 
 __all__ = ["register"]
 
 
 def register(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("logs", nargs="+", type=Path, metavar="LOG",
-                        help="decision log files (a rotated set: each file is checked on its "
-                             "own; give them oldest first, e.g. log.2 log.1 log)")
+                        help="decision log files of one rotated set, oldest first (e.g. "
+                             "log.2 log.1 log): each is replayed from its own header and each "
+                             "header must continue the file before it")
+    parser.add_argument("--separate", action="store_true",
+                        help="the files are unrelated logs: replay each alone, without "
+                             "checking that they join up")
     parser.add_argument("--allow-truncated", action="store_true",
                         help="accept a truncated last line (a writer that crashed mid-record); "
                              "the records before it are still checked")
@@ -47,7 +56,14 @@ def _as_json(results: list[FileResult]) -> list[dict[str, object]]:
 
 def run(args: argparse.Namespace) -> int:
     try:
-        results = replay_files(args.logs)
+        if args.separate:
+            results = []
+            for path in args.logs:
+                results.append(replay_file(path))
+                if results[-1].divergence is not None:
+                    break
+        else:
+            results = replay_files(args.logs)
     except LogError as exc:
         print(f"affinity replay: malformed log: {exc}", file=sys.stderr)
         return 2

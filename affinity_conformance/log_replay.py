@@ -13,6 +13,11 @@ three things must hold:
 3. ``summary`` equals the core's next state's summary (``state_summary``), and where
    the record carries one, ``state_digest`` equals the digest of the core's next state.
 
+Files given together (a rotated set, oldest first) must also join up (R-LOG-1): each
+header's ``seq`` is one past the previous file's last record, its configuration is the
+previous file's, and its state has the digest of the state the previous file ended in --
+so rotation lost, reordered or rewrote nothing between the files.
+
 The logged event already carries everything the core needs: the adapter writes the
 ``tie_draw`` it drew and the ``request_hash`` it computed. The first violation ends the
 file's replay (everything after it is built on a state the spec never reached) and is
@@ -25,7 +30,7 @@ writer that died mid-record.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import attrs
@@ -36,10 +41,12 @@ from affinity_core import (
     Config,
     ConfigError,
     Event,
+    Outcome,
     State,
     allowed,
     canonical_dumps,
     config_from_json,
+    config_to_json,
     event_from_json,
     outcome_to_json,
     state_digest,
@@ -50,7 +57,11 @@ from affinity_core import (
 from .decision_log import LogError, LogRecord, read_log, state_summary
 from .diagnosis import describe_event, explain_acquire
 
-__all__ = ["FileResult", "LogDivergence", "LogError", "replay_file", "replay_files"]
+__all__ = ["FileResult", "LogDivergence", "LogError", "Observer", "replay_file",
+           "replay_files"]
+
+Observer = Callable[[Event, Outcome, State], None]
+"""Called as ``observer(event, outcome, state_after)`` for every record that matched."""
 
 
 @attrs.frozen
@@ -84,6 +95,16 @@ class FileResult:
     last_seq: int | None
     divergence: LogDivergence | None = None
     truncated: str | None = None  # the reader's message when the last line is cut off
+    config: Config | None = None  # from the header (None only if the file had none)
+    header_seq: int | None = None
+    final_state: State | None = None  # after the last matching record (or the header's)
+
+    @property
+    def next_seq(self) -> int | None:
+        """The ``seq`` the file after this one must start at."""
+        if self.last_seq is not None:
+            return self.last_seq + 1
+        return self.header_seq
 
 
 def _header(path: str, data: dict[str, Any]) -> tuple[Config, State, int]:
@@ -101,17 +122,47 @@ def _header(path: str, data: dict[str, Any]) -> tuple[Config, State, int]:
     return config, state, seq
 
 
-def replay_file(path: str | os.PathLike[str]) -> FileResult:
-    """Replay one log file; raises :class:`LogError` for malformed input."""
+def _join_problem(previous: FileResult, config: Config, state: State, seq: int
+                  ) -> tuple[str, str, str] | None:
+    """(problem, logged, expected) when a header does not continue ``previous``
+    (R-LOG-1), else None."""
+    assert previous.config is not None and previous.final_state is not None
+    if previous.next_seq != seq:
+        return (f"the header does not continue {previous.path}, which ends before seq "
+                f"{previous.next_seq} (records lost, or files out of order?)",
+                f"header seq {seq}", f"header seq {previous.next_seq}")
+    if previous.config != config:
+        return (f"the header's config differs from {previous.path}'s",
+                _text(config_to_json(config)), _text(config_to_json(previous.config)))
+    got, want = state_digest(state), state_digest(previous.final_state)
+    if got != want:
+        return (f"the header's state is not the state {previous.path} ended in",
+                f"header state_digest {got}", f"state_digest {want}")
+    return None
+
+
+def replay_file(path: str | os.PathLike[str], observer: Observer | None = None, *,
+                after: FileResult | None = None) -> FileResult:
+    """Replay one log file; raises :class:`LogError` for malformed input.
+
+    ``after``: the result of the file this one follows in a rotated set; the header must
+    continue it (R-LOG-1), or the file is reported as diverging at line 1.
+    """
     name = os.fspath(path)
     config: Config | None = None
     state: State | None = None
+    header_seq: int | None = None
     expected_seq = 0
     first: int | None = None
     last: int | None = None
     checked = 0
     context: list[str] = []
     records = read_log(name)
+
+    def stopped(divergence: LogDivergence) -> FileResult:
+        return FileResult(name, checked, first, last, divergence, config=config,
+                          header_seq=header_seq, final_state=state)
+
     while True:
         try:
             record = next(records)
@@ -119,7 +170,8 @@ def replay_file(path: str | os.PathLike[str]) -> FileResult:
             break
         except LogError as exc:
             if "truncated" in str(exc) and config is not None:
-                return FileResult(name, checked, first, last, truncated=str(exc))
+                return FileResult(name, checked, first, last, truncated=str(exc),
+                                  config=config, header_seq=header_seq, final_state=state)
             raise
         except IsADirectoryError:
             raise LogError(f"{name}: is a directory, expected a log file") from None
@@ -129,6 +181,13 @@ def replay_file(path: str | os.PathLike[str]) -> FileResult:
             raise LogError(f"{name}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
         if record.is_header:
             config, state, expected_seq = _header(name, record.data)
+            header_seq = expected_seq
+            join = None if after is None else _join_problem(after, config, state,
+                                                             expected_seq)
+            if join is not None:
+                problem, logged, expected = join
+                return stopped(LogDivergence(name, record.line, expected_seq, "header",
+                                             problem, logged, expected, (), ("R-LOG-1",)))
             continue
         assert config is not None and state is not None
         data = record.data
@@ -147,37 +206,40 @@ def replay_file(path: str | os.PathLike[str]) -> FileResult:
             else:
                 why = "records are out of order or repeated"
             problem = f"seq {seq!r} where {expected_seq} was due: {why}"
-            return FileResult(name, checked, first, last, LogDivergence(
+            return stopped(LogDivergence(
                 name, record.line, seq, words, problem, f"seq {seq!r}",
                 f"seq {expected_seq}", tuple(context[-2:]), ()))
         t = step(config, state, event)
         want = outcome_to_json(t.outcome)
         if data["outcome"] != want:
             problem, reqs = _explain_outcome(config, state, event, data["outcome"], want)
-            return FileResult(name, checked, first, last, LogDivergence(
+            return stopped(LogDivergence(
                 name, record.line, seq, words, problem, _text(data["outcome"]), _text(want),
                 tuple(context[-2:]), tuple(reqs)))
         summary = state_summary(t.state)
         if data["summary"] != summary:
-            return FileResult(name, checked, first, last, LogDivergence(
+            return stopped(LogDivergence(
                 name, record.line, seq, words,
                 "the outcome matches but the state after it does not (summary differs)",
                 _text(data["summary"]), _text(summary), tuple(context[-2:]), ("R-PURE-1",)))
         if "state_digest" in data:
             digest = state_digest(t.state)
             if data["state_digest"] != digest:
-                return FileResult(name, checked, first, last, LogDivergence(
+                return stopped(LogDivergence(
                     name, record.line, seq, words,
                     "the outcome matches but the state after it does not "
                     "(state_digest differs)",
                     str(data["state_digest"]), digest, tuple(context[-2:]), ("R-PURE-1",)))
         state = t.state
+        if observer is not None:
+            observer(event, t.outcome, state)
         checked += 1
         first = seq if first is None else first
         last = seq
         expected_seq = seq + 1
         context.append(f"seq {seq} {words} -> {_short(want)}")
-    return FileResult(name, checked, first, last)
+    return FileResult(name, checked, first, last, config=config, header_seq=header_seq,
+                      final_state=state)
 
 
 def _line_of_seq(records: Iterator[LogRecord], seq: int) -> int | None:
@@ -225,11 +287,16 @@ def _explain_outcome(config: Config, state: State, event: Event, logged: Any,
     return "the logged outcome is not the spec's", ["R-OUT-1"]
 
 
-def replay_files(paths: Sequence[str | os.PathLike[str]]) -> list[FileResult]:
-    """Replay each file on its own, in the given order; stops at the first divergence."""
-    results = []
+def replay_files(paths: Sequence[str | os.PathLike[str]],
+                 observer: Observer | None = None) -> list[FileResult]:
+    """Replay a rotated set given oldest first: each file from its own header, each
+    header checked to continue the file before it (R-LOG-1). Stops at the first
+    divergence. A truncated file ends the set's joins: a file after it is replayed alone
+    (a writer that died mid-record may have restarted from a new header)."""
+    results: list[FileResult] = []
     for path in paths:
-        result = replay_file(path)
+        previous = results[-1] if results and results[-1].truncated is None else None
+        result = replay_file(path, observer, after=previous)
         results.append(result)
         if result.divergence is not None:
             break

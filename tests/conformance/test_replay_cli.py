@@ -3,7 +3,7 @@
 Logs are written by the real writer (:class:`DecisionLogWriter`), once driven directly
 from the core and once by the verl adapter's ``decision_log`` option, then tampered with
 the ways that matter: a changed decision, a deleted line, swapped lines, a forged digest,
-a truncated last line, a broken header.
+a truncated last line, a broken header, rotated files that do not join up.
 """
 
 from __future__ import annotations
@@ -192,6 +192,51 @@ def test_rotated_files_each_replay_alone(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stderr
     assert f"in {len(files)} file(s)" in done.stdout
     assert replay(str(files[-1])).returncode == 0  # the newest file alone
+
+
+def _rotated(tmp_path: Path) -> list[Path]:
+    path = tmp_path / "rotating.ndjson"
+    events: list[Event] = [Acquire(request_id=f"r{i % 7}") for i in range(120)]
+    files = write_log(path, events, Config(), max_bytes=4096).files()
+    assert len(files) >= 3
+    return files
+
+
+def test_rotated_files_must_join_up(tmp_path: Path) -> None:
+    """R-LOG-1: every file replays alone, but a set with a file missing, out of order or
+    with a rewritten header is a divergence at the header that does not continue."""
+    oldest, middle, *_, newest = files = _rotated(tmp_path)
+    for single in files:
+        assert replay(str(single)).returncode == 0
+    gap = replay(str(oldest), str(newest))  # the middle file(s) are missing
+    assert gap.returncode == 1
+    assert f"{newest}:1 (seq " in gap.stderr and "does not continue" in gap.stderr
+    assert "records lost, or files out of order" in gap.stderr and "R-LOG-1" in gap.stderr
+    swapped = replay(str(middle), str(oldest))
+    assert swapped.returncode == 1 and f"{oldest}:1" in swapped.stderr
+    assert replay("--separate", str(oldest), str(newest)).returncode == 0
+
+    lines = _lines(middle)  # same seq, different state: a header rewritten by hand
+    header = json.loads(lines[0])
+    header["state"]["affinity_kept"] += 1
+    lines[0] = json.dumps(header) + "\n"
+    _write(middle, lines)
+    assert replay(str(middle)).returncode == 1  # alone it fails on its first digest...
+    forged = replay(str(oldest), str(middle))
+    assert forged.returncode == 1  # ...and in the set it fails at the join, before that
+    assert f"{middle}:1" in forged.stderr and "is not the state" in forged.stderr
+
+
+def test_config_change_between_files_is_a_divergence(tmp_path: Path) -> None:
+    first, second = tmp_path / "a.ndjson", tmp_path / "b.ndjson"
+    state = initial_state(CONFIG, ["s0", "s1", "s2"])
+    for path, config in ((first, CONFIG), (second, attrs.evolve(CONFIG, max_cache_size=3))):
+        writer = DecisionLogWriter(path)
+        writer.start(config, state)
+        writer.close()
+    done = replay(str(first), str(second))
+    assert done.returncode == 1 and "config differs" in done.stderr
+    assert replay(str(first), str(first)).returncode == 0  # empty files join at their seq
 
 
 def test_bad_header_is_malformed_input(good_log: Path, tmp_path: Path) -> None:

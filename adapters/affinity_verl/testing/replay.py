@@ -1,42 +1,25 @@
-"""Replay a balancer's decision log through the reference core.
+"""Replay a balancer's decision log in-process, for tests that inspect the replayed run.
 
 Theory of operation
 -------------------
-A decision log (:mod:`affinity_conformance.decision_log`) is a sequence of files, each
-opening with a header (config, full state, first ``seq``) followed by one record per
-event (event, outcome, summary and periodic digest of the state after).
-:func:`replay_decision_log` checks a whole log, given its files oldest first:
-
-* every file replays alone from its header;
-* the files join up: each header's ``seq`` continues the previous file and its state has
-  the digest the previous file ended on (so rotation lost nothing);
-* for every record, ``step`` on the replayed state gives the same outcome and the same
-  state digest the balancer logged; a mismatch is a *divergence*.
-
-This is the check ``affinity replay`` performs; it lives here so the adapter's tests can
-run it in-process and inspect the final replayed state.
+The check itself is :func:`affinity_conformance.log_replay.replay_files`, the same code
+``affinity replay`` runs: every file replays from its own header, the files of a rotated
+set must join up (R-LOG-1), and every record's outcome, summary and digest must be the
+reference core's. This module only collects what the adapter's tests want to look at
+afterwards -- the configuration, every replayed event, the final state -- and renders the
+first divergence (if any) as text. An ``observer`` sees every matching record's event,
+outcome and state after it, for checks that need every intermediate state.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
 import attrs
 
-from affinity_conformance.decision_log import read_log, state_summary
-from affinity_core import (
-    Config,
-    Event,
-    Outcome,
-    State,
-    config_from_json,
-    event_from_json,
-    outcome_to_json,
-    state_digest,
-    state_from_json,
-    step,
-)
+from affinity_conformance.log_replay import FileResult, Observer, replay_files
+from affinity_core import Config, Event, Outcome, State
 
 __all__ = ["Observer", "ReplayReport", "replay_decision_log"]
 
@@ -47,65 +30,34 @@ class ReplayReport:
     events: tuple[Event, ...]
     final_state: State
     first_seq: int
-    divergences: tuple[str, ...]
+    divergences: tuple[str, ...]  # empty, or the first divergence rendered
     files: int
-
-
-Observer = Callable[[Event, Outcome, State], None]
 
 
 def replay_decision_log(
     paths: Sequence[str | os.PathLike[str]], observer: Observer | None = None
 ) -> ReplayReport:
-    """Replay the log files (oldest first); see the module docstring.
-
-    ``observer(event, outcome, state_after)`` is called for every replayed record, for
-    checks that need every intermediate state.
-    """
+    """Replay the log files (oldest first); a truncated last line counts as a divergence
+    here (tests want whole logs), as does a file that does not continue the one before."""
     if not paths:
         raise ValueError("replay_decision_log needs at least one file")
-    divergences: list[str] = []
     events: list[Event] = []
-    config: Config | None = None
-    state: State | None = None
-    first_seq = -1
-    next_seq = 0
-    for path in paths:
-        records = iter(read_log(path))
-        header = next(records).data
-        file_config = config_from_json(header["config"])
-        file_state = state_from_json(file_config, header["state"])
-        if config is None:
-            first_seq = next_seq = int(header["seq"])
-        else:
-            if file_config != config:
-                divergences.append(f"{path}: header config differs from the previous file")
-            if header["seq"] != next_seq:
-                divergences.append(f"{path}: header seq {header['seq']}, expected {next_seq}")
-            assert state is not None
-            if state_digest(file_state) != state_digest(state):
-                divergences.append(f"{path}: header state is not where the previous file ended")
-        config, state = file_config, file_state
-        for record in records:
-            data = record.data
-            where = f"{path}:{record.line}"
-            if data["seq"] != next_seq:
-                divergences.append(f"{where}: seq {data['seq']}, expected {next_seq}")
-            event = event_from_json(data["event"])
-            transition = step(config, state, event)
-            if outcome_to_json(transition.outcome) != data["outcome"]:
-                divergences.append(
-                    f"{where}: outcome {data['outcome']} but the core gives "
-                    f"{outcome_to_json(transition.outcome)}"
-                )
-            if state_summary(transition.state) != data["summary"]:
-                divergences.append(f"{where}: state summary differs after {data['event']}")
-            if "state_digest" in data and state_digest(transition.state) != data["state_digest"]:
-                divergences.append(f"{where}: state digest differs after {data['event']}")
-            state = transition.state
-            if observer is not None:
-                observer(event, transition.outcome, state)
-            events.append(event)
-            next_seq += 1
-    assert config is not None and state is not None
-    return ReplayReport(config, tuple(events), state, first_seq, tuple(divergences), len(paths))
+
+    def collect(event: Event, outcome: Outcome, state: State) -> None:
+        events.append(event)
+        if observer is not None:
+            observer(event, outcome, state)
+
+    results = replay_files(paths, collect)
+    problems = [_problem(r) for r in results if _problem(r)]
+    first, last = results[0], results[-1]
+    assert first.config is not None and last.final_state is not None
+    assert first.header_seq is not None
+    return ReplayReport(first.config, tuple(events), last.final_state, first.header_seq,
+                        tuple(problems), len(results))
+
+
+def _problem(result: FileResult) -> str:
+    if result.divergence is not None:
+        return result.divergence.render()
+    return f"{result.path}: {result.truncated}" if result.truncated else ""
