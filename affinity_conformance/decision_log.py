@@ -29,6 +29,10 @@ a crash can lose or truncate at most the last line, and a reader reports a trunc
 last line as truncation rather than as corruption. Size cap: when a file would exceed
 ``max_bytes`` it is rotated (``log.1`` ... ``log.K``, oldest dropped) and the new file
 starts with a fresh header holding the current state, so every kept file replays alone.
+Restarts: a writer that starts where a log already exists (a restarted actor or router
+given the same path) rotates the old file away first instead of overwriting it, so the
+previous run's log survives as ``log.1``; its new header (``seq`` 0, a fresh state) does
+not continue the old file, and ``affinity replay`` says so at that header.
 """
 
 from __future__ import annotations
@@ -110,8 +114,11 @@ class DecisionLogWriter:
         self._seq = 0
 
     def start(self, config: Config, state: State) -> None:
-        """Open a fresh log file whose header holds ``state``."""
+        """Open a fresh log file whose header holds ``state``; an existing non-empty
+        file at the path (an earlier run's log) is rotated away, never overwritten."""
         self.path.parent.mkdir(parents=True, exist_ok=True)
+        if self._file is None and self.path.is_file() and self.path.stat().st_size > 0:
+            self._rotate()
         self._open_new(config, state)
 
     def _open_new(self, config: Config, state: State) -> None:
@@ -154,9 +161,9 @@ class DecisionLogWriter:
         self._since_digest += 1
 
     def _rotate(self) -> None:
-        assert self._file is not None
-        self._file.close()
-        self._file = None
+        if self._file is not None:
+            self._file.close()
+            self._file = None
         if self.backups == 0:
             self.path.unlink(missing_ok=True)
             return

@@ -128,8 +128,10 @@ def _join_problem(previous: FileResult, config: Config, state: State, seq: int
     (R-LOG-1), else None."""
     assert previous.config is not None and previous.final_state is not None
     if previous.next_seq != seq:
+        why = ("a new run starts here (a restarted writer); check runs apart with "
+               "--separate" if seq == 0 else "records lost, or files out of order?")
         return (f"the header does not continue {previous.path}, which ends before seq "
-                f"{previous.next_seq} (records lost, or files out of order?)",
+                f"{previous.next_seq} ({why})",
                 f"header seq {seq}", f"header seq {previous.next_seq}")
     if previous.config != config:
         return (f"the header's config differs from {previous.path}'s",

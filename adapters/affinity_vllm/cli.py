@@ -117,7 +117,8 @@ def register(parser: argparse.ArgumentParser) -> None:
 
     logs = parser.add_argument_group("decision log")
     logs.add_argument("--decision-log", default=None, metavar="PATH",
-                      help="write every routing event as NDJSON for `affinity replay` "
+                      help="write every routing event as NDJSON for `affinity replay`; "
+                      "an existing log at PATH is rotated to PATH.1, not overwritten "
                       "(default: off)")
     logs.add_argument("--decision-log-max-bytes", type=int,
                       default=d.decision_log_max_bytes.default,

@@ -239,6 +239,22 @@ def test_config_change_between_files_is_a_divergence(tmp_path: Path) -> None:
     assert replay(str(first), str(first)).returncode == 0  # empty files join at their seq
 
 
+def test_restarted_writer_keeps_the_old_log_and_replay_flags_the_restart(
+        tmp_path: Path) -> None:
+    path = tmp_path / "restart.ndjson"
+    write_log(path, EVENTS[:4], CONFIG)
+    first_run = path.read_text(encoding="utf-8")
+    writer = write_log(path, EVENTS[4:], CONFIG)  # a restarted actor, same path
+    old, new = writer.files()
+    assert old.name == "restart.ndjson.1" and old.read_text(encoding="utf-8") == first_run
+    joined = replay(str(old), str(new))
+    assert joined.returncode == 1, joined.stdout
+    assert "a new run starts here" in joined.stderr and "--separate" in joined.stderr
+    separate = replay("--separate", str(old), str(new))
+    assert separate.returncode == 0, separate.stderr
+    assert f"ok: {len(EVENTS)} records in 2 file(s)" in separate.stdout
+
+
 def test_bad_header_is_malformed_input(good_log: Path, tmp_path: Path) -> None:
     lines = _lines(good_log)
     header = json.loads(lines[0])
