@@ -18,7 +18,7 @@ import json
 import sys
 from pathlib import Path
 
-from .log_replay import FileResult, LogError, replay_file, replay_files
+from .log_replay import FileResult, LogError, replay_files
 
 __all__ = ["register"]
 
@@ -56,14 +56,7 @@ def _as_json(results: list[FileResult]) -> list[dict[str, object]]:
 
 def run(args: argparse.Namespace) -> int:
     try:
-        if args.separate:
-            results = []
-            for path in args.logs:
-                results.append(replay_file(path))
-                if results[-1].divergence is not None:
-                    break
-        else:
-            results = replay_files(args.logs)
+        results = replay_files(args.logs, join=not args.separate)
     except LogError as exc:
         print(f"affinity replay: malformed log: {exc}", file=sys.stderr)
         return 2

@@ -290,14 +290,16 @@ def _explain_outcome(config: Config, state: State, event: Event, logged: Any,
 
 
 def replay_files(paths: Sequence[str | os.PathLike[str]],
-                 observer: Observer | None = None) -> list[FileResult]:
+                 observer: Observer | None = None, *, join: bool = True) -> list[FileResult]:
     """Replay a rotated set given oldest first: each file from its own header, each
     header checked to continue the file before it (R-LOG-1). Stops at the first
     divergence. A truncated file ends the set's joins: a file after it is replayed alone
-    (a writer that died mid-record may have restarted from a new header)."""
+    (a writer that died mid-record may have restarted from a new header). ``join=False``
+    replays unrelated files, each alone."""
     results: list[FileResult] = []
     for path in paths:
-        previous = results[-1] if results and results[-1].truncated is None else None
+        joinable = join and bool(results) and results[-1].truncated is None
+        previous = results[-1] if joinable else None
         result = replay_file(path, observer, after=previous)
         results.append(result)
         if result.divergence is not None:

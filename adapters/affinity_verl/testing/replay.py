@@ -49,7 +49,7 @@ def replay_decision_log(
             observer(event, outcome, state)
 
     results = replay_files(paths, collect)
-    problems = [_problem(r) for r in results if _problem(r)]
+    problems = [p for p in map(_problem, results) if p]
     first, last = results[0], results[-1]
     assert first.config is not None and last.final_state is not None
     assert first.header_seq is not None
