@@ -205,10 +205,10 @@ def _monotone(edge: Edge) -> str | None:
     margins: list[int | None] = [*range(top), None]  # None = no margin = infinite margin
     kept = [classify(_with_margin(c, m), pre, ev.request_id)[0] is Lookup.HIT_KEEP
             for m in margins]
-    for i, m1 in enumerate(margins):
-        for m2 in margins[i + 1:]:
-            if kept[i] and not kept[margins.index(m2)]:
-                return f"kept at margin {m1} but broken at margin {m2}"
+    # Monotone iff no adjacent pair goes from kept to broken as the margin grows.
+    for i in range(len(margins) - 1):
+        if kept[i] and not kept[i + 1]:
+            return f"kept at margin {margins[i]} but broken at margin {margins[i + 1]}"
     return None
 
 
@@ -272,8 +272,9 @@ def _counters(edge: Edge) -> str | None:
 
 def _conservation(edge: Edge) -> str | None:
     pre, t = edge.pre, _t(edge)
-    if any(n < 0 for _, n in t.state.inflight_items()):
-        return _false("counts_non_negative")
+    negative = [(s, n) for s, n in t.state.inflight_items() if n < 0]
+    if negative:  # the count part of inv.well_formed, reported on its own
+        return f"in-flight count below 0: {negative}"
     if not inv.conserved(t.state, _ledger(edge)):
         return _false("conserved")
     if not inv.acquire_effect(pre, edge.event, t):
