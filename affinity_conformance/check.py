@@ -37,10 +37,10 @@ import attrs
 from affinity_core import Config, Event, initial_state
 
 from .diagnosis import describe_event
-from .generate import REPO_ROOT
 from .impl_loader import Impl, load_impl
 from .lockstep import Divergence, Lockstep, impl_tie_option, oracle_config
 from .scenario import Scenario, features_of
+from .shipped import shipped_vectors
 from .trace_gen import FAMILIES, Family, SplitMix64, random_trace
 from .vector_format import (
     MANIFEST_NAME,
@@ -60,7 +60,7 @@ from .vector_format import (
 __all__ = ["DEFAULT_VECTORS", "CheckReport", "Failure", "SuiteResult", "load_vectors",
            "run_check", "shrink"]
 
-DEFAULT_VECTORS = REPO_ROOT / "spec" / "vectors"
+DEFAULT_VECTORS = shipped_vectors()  # spec/vectors/, as shipped in the package
 TRACE_LENGTH = 40
 
 
@@ -144,13 +144,13 @@ def load_vectors(root: Path) -> list[Case]:
         info = case.data.get("_info")
         if not isinstance(info, dict) or info.get("sha256") != case_digest(case.data):
             raise VectorError(f"{path}: _info.sha256 does not match the case's canonical JSON "
-                              "(edited by hand? regenerate with `affinity vectors generate`)")
+                              "(edited by hand? regenerate: `affinity vectors generate --out DIR`)")
         if manifest is not None:
             rel = str(path.relative_to(root))
             want = manifest["files"].get(rel)
             if want != file_digest(path.read_bytes()):
                 raise VectorError(f"{path}: not listed in {MANIFEST_NAME} with this sha256 "
-                                  "(regenerate with `affinity vectors generate`)")
+                                  "(regenerate with `affinity vectors generate --out DIR`)")
         cases.append(case)
     if manifest is not None:
         on_disk = {str(p.relative_to(root)) for p in files}

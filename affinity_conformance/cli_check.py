@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import tempfile
 from pathlib import Path
 
 from .check import DEFAULT_VECTORS, TRACE_LENGTH, CheckReport, run_check
@@ -42,11 +43,12 @@ def register(parser: argparse.ArgumentParser) -> None:
                              "(+ every option it accepts), yaml (servers, {router_class, ...}); "
                              "auto tries kwargs, then yaml")
     parser.add_argument("--vectors", type=Path, default=DEFAULT_VECTORS, metavar="DIR",
-                        help=f"vector directory (default {DEFAULT_VECTORS})")
+                        help=f"vector directory (default: the shipped vectors, {DEFAULT_VECTORS})")
     parser.add_argument("--suite", action="append", choices=SUITES, metavar="SUITE",
                         help="check only this suite (repeatable)")
-    parser.add_argument("--out", type=Path, default=Path("affinity-check-failures"),
-                        metavar="DIR", help="where failing minimal traces are written as vectors")
+    parser.add_argument("--out", type=Path, default=None, metavar="DIR",
+                        help="where minimal failing traces are written as vectors (default: a "
+                             "fresh temporary folder, printed when something is written)")
     parser.add_argument("--json", action="store_true", help="print the report as JSON")
     parser.set_defaults(run=run)
 
@@ -69,13 +71,18 @@ def _positive(text: str) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
+    fresh = args.out is None
+    out = Path(tempfile.mkdtemp(prefix="affinity-check-failures-")) if fresh else args.out
     try:
         report = run_check(args.impl, vectors_dir=args.vectors, tie_mode=args.tie_break,
                            budget=args.budget, seed=args.seed, ctor=args.ctor,
-                           out_dir=args.out, trace_length=args.length, suites=args.suite)
+                           out_dir=out, trace_length=args.length, suites=args.suite)
     except (ImplError, VectorError) as exc:
         print(f"affinity check: {exc}", file=sys.stderr)
         return 2
+    finally:
+        if fresh and out.is_dir() and not any(out.iterdir()):
+            out.rmdir()  # nothing failed: leave no empty temporary folder behind
     if args.json:
         print(json.dumps(report.to_json(), indent=2, sort_keys=True))
     else:

@@ -1,4 +1,9 @@
-"""``affinity vectors generate|verify``: rebuild or verify ``spec/vectors/``."""
+"""``affinity vectors generate|verify``: rebuild or verify the conformance vectors.
+
+``verify`` compares a fresh in-memory generation with a directory (default: the vectors
+shipped in the package, which are ``spec/vectors/`` in a checkout). ``generate`` is a
+writer, so it takes an explicit ``--out`` (``--out spec/vectors`` in a checkout).
+"""
 
 from __future__ import annotations
 
@@ -10,34 +15,37 @@ from .counterexamples import TraceError
 from .generate import (
     COUNTEREXAMPLE_DIR,
     REGRESSION_DIR,
-    REPO_ROOT,
     build_vectors,
     verify_tree,
     write_tree,
 )
 from .scenario import ScenarioError
+from .shipped import shipped_vectors
 from .vector_format import VectorError
 
 __all__ = ["register"]
 
-DEFAULT_DIR = REPO_ROOT / "spec" / "vectors"
+DEFAULT_DIR = shipped_vectors()
 
 
 def register(parser: argparse.ArgumentParser) -> None:
     sub = parser.add_subparsers(dest="vectors_command", metavar="ACTION", required=True)
     gen = sub.add_parser("generate", help="rebuild every vector, the manifest included",
                          description="Rebuild every conformance vector deterministically.")
-    gen.add_argument("--out", type=Path, default=DEFAULT_DIR,
-                     help=f"output directory (default: {DEFAULT_DIR})")
+    gen.add_argument("--out", type=Path, required=True, metavar="DIR",
+                     help="output directory, required (in a checkout: spec/vectors); case "
+                          "files and the manifest are replaced, README and schema kept")
     ver = sub.add_parser("verify", help="fail if the committed vectors differ from a rebuild",
                          description="Regenerate in memory and compare with a directory.")
     ver.add_argument("--dir", type=Path, default=DEFAULT_DIR,
-                     help=f"vector directory (default: {DEFAULT_DIR})")
+                     help=f"vector directory (default: the shipped vectors, {DEFAULT_DIR})")
     for p in (gen, ver):
         p.add_argument("--counterexamples", type=Path, default=COUNTEREXAMPLE_DIR,
-                       help="proof counterexample traces (default: proofs/counterexamples)")
+                       help="proof counterexample traces (default: the shipped "
+                            f"proofs/counterexamples, {COUNTEREXAMPLE_DIR})")
         p.add_argument("--regressions", type=Path, default=REGRESSION_DIR,
-                       help="shrunk failing traces kept as regressions")
+                       help="shrunk failing traces kept as regressions (default: "
+                            f"{REGRESSION_DIR})")
     parser.set_defaults(run=run)
 
 

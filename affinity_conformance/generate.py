@@ -39,6 +39,7 @@ from affinity_core import (
 from .counterexamples import load_traces
 from .scenario import Scenario
 from .scenarios import all_scenarios
+from .shipped import package_data_dir, shipped_counterexamples
 from .trace_gen import (
     FAMILIES,
     SplitMix64,
@@ -61,11 +62,10 @@ from .vector_format import (
 )
 from .vector_runner import run_case
 
-__all__ = ["REPO_ROOT", "build_vectors", "manifest_for", "verify_tree", "write_tree"]
+__all__ = ["build_vectors", "manifest_for", "verify_tree", "write_tree"]
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
-REGRESSION_DIR = Path(__file__).resolve().parent / "regression_traces"
-COUNTEREXAMPLE_DIR = REPO_ROOT / "proofs" / "counterexamples"
+REGRESSION_DIR = package_data_dir("affinity_conformance", "regression_traces")
+COUNTEREXAMPLE_DIR = shipped_counterexamples()
 
 RANDOM_SEED = 20260915
 RANDOM_CANDIDATES = 40
@@ -217,7 +217,7 @@ def verify_tree(root: Path, vectors: dict[str, dict[str, Any]]) -> list[str]:
     texts = _texts(vectors)
     on_disk = {str(p.relative_to(root)): p for p in vector_files(root)}
     for rel in sorted(set(texts) - set(on_disk)):
-        problems.append(f"missing: {rel} (run `affinity vectors generate`)")
+        problems.append(f"missing: {rel} (run `affinity vectors generate --out DIR`)")
     for rel in sorted(set(on_disk) - set(texts)):
         problems.append(f"stale: {rel} is no longer generated")
     for rel in sorted(set(texts) & set(on_disk)):

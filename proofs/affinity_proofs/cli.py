@@ -40,8 +40,9 @@ def register(parser: argparse.ArgumentParser) -> None:
                         help="write the full report as JSON")
     parser.add_argument("--workers", type=_workers, default=2,
                         help="worker processes, 1..64 (default: %(default)s)")
-    parser.add_argument("--write-counterexamples", action="store_true",
-                        help="rewrite proofs/counterexamples/*.json from the Z3 witnesses")
+    parser.add_argument("--write-counterexamples", type=Path, metavar="DIR",
+                        help="also write the regenerated Z3 witnesses to DIR (in a checkout: "
+                             "proofs/counterexamples); the check compares with the shipped ones")
     parser.add_argument("--only", type=_obligation, action="append", metavar="N",
                         help="check only obligation N (0..14, repeatable)")
     parser.set_defaults(run=run)

@@ -25,12 +25,14 @@ file is checked twice -- the Z3 decisions must be the core's, and the property m
 really fail. Each witness is the lexicographically least shortest trace (see
 :func:`~affinity_proofs.z3_bmc.shortest_trace`), a function of the formula alone, so
 ``affinity verify`` regenerates the documents and fails if they differ from the checked-in
-files; ``affinity verify --write-counterexamples`` rewrites them.
+files; ``affinity verify --write-counterexamples DIR`` writes them to ``DIR``
+(``proofs/counterexamples`` in a checkout).
 """
 
 from __future__ import annotations
 
 import json
+from importlib import resources
 from pathlib import Path as FsPath
 from typing import Any
 
@@ -45,7 +47,8 @@ __all__ = ["COUNTEREXAMPLES", "DIRECTORY", "CounterexampleSpec", "generate", "lo
            "replay", "violation"]
 
 FORMAT = "affinity-counterexample/1"
-DIRECTORY = FsPath(__file__).resolve().parent.parent / "counterexamples"
+# proofs/counterexamples/, linked into the package as package data (affinity_conformance/shipped.py)
+DIRECTORY = FsPath(str(resources.files("affinity_proofs").joinpath("counterexamples")))
 JSON = dict[str, Any]
 
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import time
+from pathlib import Path
 from typing import Any
 
 import attrs
@@ -136,8 +137,11 @@ def bmc_job(scope: Scope) -> list[Row]:
                 {"depth": depth, "margins": [0, 1, 2]})]
 
 
-def counterexample_job(write: bool) -> list[Row]:
-    """R-SKEW-4's witnesses, replayed through the real core, compared with the files."""
+def counterexample_job(write: Path | None) -> list[Row]:
+    """R-SKEW-4's witnesses, replayed through the real core, compared with the files.
+
+    With ``write`` the regenerated witnesses are also written to that directory.
+    """
     start = time.perf_counter()
     problems: list[str] = []
     notes: list[str] = []
@@ -157,11 +161,12 @@ def counterexample_job(write: bool) -> list[Row]:
             continue
         path = counterexamples.DIRECTORY / f"{spec.name}.json"
         text = counterexamples.dumps(doc)
-        if write:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text(text, encoding="utf-8")
+        if write is not None:
+            write.mkdir(parents=True, exist_ok=True)
+            (write / path.name).write_text(text, encoding="utf-8")
         if not path.exists():
-            problems.append(f"{path.name} missing (run affinity verify --write-counterexamples)")
+            problems.append(f"{path.name} missing (in a checkout: affinity verify "
+                            "--write-counterexamples proofs/counterexamples)")
         else:
             stored = counterexamples.load(path)
             try:
@@ -174,7 +179,8 @@ def counterexample_job(write: bool) -> list[Row]:
                 problems.append(f"{path.name}: the checked-in trace {why}")
             elif json.loads(text) != stored:  # witnesses are canonical: a diff is drift
                 problems.append(f"{path.name} differs from the regenerated witness (rewrite "
-                                "with affinity verify --write-counterexamples if intended)")
+                                "with affinity verify --write-counterexamples "
+                                "proofs/counterexamples if intended)")
         docs.append({"name": spec.name, "steps": len(doc["steps"]), "violation": seen})
     detail = "; ".join(f"{d['name']}: {d['violation']}" for d in docs)
     if problems:

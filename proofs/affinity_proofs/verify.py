@@ -29,6 +29,7 @@ from concurrent.futures import (
     ThreadPoolExecutor,
     as_completed,
 )
+from pathlib import Path
 from typing import Any
 
 import attrs
@@ -71,7 +72,7 @@ def _serves(run: BfsRun) -> frozenset[int]:
     return frozenset(c.obligation for c in (*CHECKS, *env_checks) if c.applies(run.config))
 
 
-def plan(scope: Scope, write_counterexamples: bool = False,
+def plan(scope: Scope, write_counterexamples: Path | None = None,
          only: frozenset[int] | None = None) -> list[Job]:
     """Every job of the scope; with ``only``, the jobs some selected obligation needs."""
     out = [Job("crosshair", jobs.crosshair_jobs, (scope,), subprocess=True, weight=50,
@@ -115,7 +116,7 @@ def _crashed(job: Job, exc: BaseException) -> Row:
                f"job raised: {text}")
 
 
-def run(scope: Scope, *, workers: int = 2, write_counterexamples: bool = False,
+def run(scope: Scope, *, workers: int = 2, write_counterexamples: Path | None = None,
         progress: Progress | None = None, only: frozenset[int] | None = None
         ) -> tuple[list[Row], dict[str, Any], float]:
     start = time.perf_counter()
