@@ -1,0 +1,196 @@
+"""The acquire decision over a *symbolic* pool size: Z3 proofs for every N >= 1.
+
+Theory of operation
+-------------------
+:mod:`.z3_model` unrolls one variable per server, so a proof there holds for the N it was
+run at. Here the pool size ``n`` is an integer variable and the loads are an array
+``Int -> Int`` read at positions ``0 .. n-1``; an UNSAT answer therefore covers every
+``n >= 1``, every integer load >= 0, every margin >= 0, every gate threshold and every
+integer caller hash, negative ones included.
+
+Quantifiers only where Z3 decides them. The minimum, the maximum and the tie rank are
+*defined* in the hypotheses:
+
+* ``low = loads[w_min]`` for a witness position ``w_min`` (a Skolem constant), and
+  ``forall i in [0, n): loads[i] >= low`` -- the universal sits in the hypothesis, so the
+  negated goal stays existential and E-matching instantiates it on the few positions the
+  goal reads (the pin, the choice, the goal's own witnesses). ``high`` likewise.
+* "max - min after the acquire <= b" is a universal goal; its negation is two Skolem
+  positions ``i, j`` with ``post[i] - post[j] > b``, so no post-minimum needs defining.
+* The tie rank (how many servers at the minimum precede position ``i``, pool order) is an
+  uninterpreted function ``rank`` fixed by ``rank(0) = 0`` and
+  ``rank(i+1) = rank(i) + [loads[i] = low]``. Its monotonicity is itself proved for all N
+  by induction (:data:`RANK_MONOTONE`) and then assumed where the default-null
+  equivalence needs the tie-th tie to be unique.
+
+The placement of a miss is *any* position at the minimum (the ``allowed`` relation of
+R-REL-1), so a lemma about it holds for every tie-break mode. The caller hash ``h`` is any
+integer and the deterministic index is ``h mod n`` -- Z3's ``mod`` by a positive divisor
+is Euclidean, which for ``n > 0`` is exactly Python's floored ``%`` (R-DET-2).
+
+Encoded mutants reuse :class:`~affinity_proofs.z3_model.Rules` (the spec's keep rule,
+break rule, tie order) plus the hash rule ``det_mod``: ``"floor"`` (the spec),
+``"abs"`` (``abs(h) % n``) or ``"trunc"`` (C's remainder, negative for a negative hash).
+The concrete link between this encoding and the real core is :mod:`.conformance`, which
+evaluates :func:`decide` at concrete ``n``, loads and hashes.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import attrs
+import z3
+
+from .z3_model import SPEC, Rules
+
+__all__ = ["Pool", "PoolDecision", "decide", "det_index", "keep_rule", "legacy_decide",
+           "post_loads", "rank_defs"]
+
+
+Term = Any  # z3 expressions are untyped for mypy
+
+
+def _in(i: Term, n: Term) -> Term:
+    return z3.And(i >= 0, i < n)
+
+
+def det_index(h: Term, n: Term, mode: str = "floor") -> Term:
+    """The pool position of R-DET-2 for caller hash ``h``: Python's ``h % n``."""
+    if mode == "abs":
+        return z3.If(h >= 0, h, -h) % n
+    if mode == "trunc":  # C / Java remainder: takes the sign of the dividend
+        return z3.If(h >= 0, h % n, -((-h) % n))
+    return h % n
+
+
+class Pool:
+    """The symbolic inputs of one acquire over a pool of ``n`` servers, ``n`` unknown."""
+
+    def __init__(self, prefix: str = "", n: Term | None = None,
+                 loads: Term | None = None) -> None:
+        def i(name: str) -> Term:
+            return z3.Int(f"{prefix}{name}")
+
+        def b(name: str) -> Term:
+            return z3.Bool(f"{prefix}{name}")
+
+        self.n = i("n") if n is None else n
+        self.loads = z3.Array(f"{prefix}loads", z3.IntSort(), z3.IntSort()) \
+            if loads is None else loads
+        self.w_min, self.w_max = i("w_min"), i("w_max")
+        self.low, self.high = self.loads[self.w_min], self.loads[self.w_max]
+        self.pin, self.hit = i("pin"), b("hit")
+        self.own = self.loads[self.pin]
+        self.least = i("least")  # any position at the minimum
+        self.margin_on, self.margin = b("margin_on"), i("margin")
+        self.gate_on, self.gate_abs = b("gate_on"), i("gate_abs")
+        self.rel_num, self.rel_den = i("rel_num"), i("rel_den")
+        self.det, self.hash = b("det"), i("hash")
+        # The floor_over_busy mutant's floor: the minimum with idle servers read as the
+        # maximum (0 when every server is idle), defined by a witness like ``low``.
+        self.w_busy = i("w_busy")
+        self.busy_floor = self._busy(self.w_busy)
+        self._k = z3.Int(f"{prefix}k")
+
+    def _busy(self, k: Term) -> Term:
+        return z3.If(self.loads[k] > 0, self.loads[k], self.high)
+
+    def forall(self, body: Any) -> Term:
+        """``forall k in [0, n): body(k)``, triggered on ``loads[k]``."""
+        k = self._k
+        return z3.ForAll([k], z3.Implies(_in(k, self.n), body(k)),
+                         patterns=[self.loads[k]])
+
+    def domain(self) -> Term:
+        """Well-formed inputs: a non-empty pool, loads >= 0, min/max/pin/placement in range."""
+        return z3.And(
+            self.n >= 1,
+            _in(self.w_min, self.n), _in(self.w_max, self.n), _in(self.pin, self.n),
+            _in(self.least, self.n), self.loads[self.least] == self.low,
+            self.low >= 0,
+            self.forall(lambda k: z3.And(self.loads[k] >= self.low,
+                                         self.loads[k] <= self.high,
+                                         self._busy(k) >= self.busy_floor)),
+            _in(self.w_busy, self.n),
+            self.margin >= 0, z3.Not(z3.And(self.margin_on, self.gate_on)),
+            self.rel_den >= 1, self.rel_num >= self.rel_den,
+        )
+
+
+def rank_defs(p: Pool, rank: Term, from_end: bool = False) -> Term:
+    """``rank(i)``: servers at the minimum before position ``i`` in pool order; with
+    ``from_end``, at positions ``>= i`` (the count taken from the last server)."""
+    k = z3.Int("rank_k")
+    at_min = z3.If(p.loads[k] == p.low, 1, 0)
+    if from_end:
+        return z3.And(rank(p.n) == 0, z3.ForAll(
+            [k], z3.Implies(_in(k, p.n), rank(k) == rank(k + 1) + at_min),
+            patterns=[rank(k)]))
+    return z3.And(rank(0) == 0, z3.ForAll(
+        [k], z3.Implies(_in(k, p.n), rank(k + 1) == rank(k) + at_min),
+        patterns=[rank(k + 1)]))
+
+
+@attrs.frozen
+class PoolDecision:
+    choice: Term  # position of the chosen server
+    kept: Term
+    broken: Term
+    pin_after: Term
+
+
+def keep_rule(p: Pool, rules: Rules = SPEC, margin: Term | None = None) -> Term:
+    """Whether a sticky hit keeps its pin (R-KEEP-1, R-GATE-1, R-DET-4)."""
+    m = p.margin if margin is None else margin
+    low, high, own = p.low, p.high, p.own
+    floor = p.busy_floor if rules.floor_over_busy else low
+    bound = floor + m + rules.keep_slack
+    band = {"le": own <= bound, "lt": own < bound, "ge": own >= bound}[rules.keep_cmp]
+    margin_active = p.margin_on
+    if rules.margin_zero_off:
+        margin_active = z3.And(p.margin_on, m != 0)
+    if rules.margin_ignored:
+        margin_active = z3.BoolVal(False)
+    imbalanced = z3.And(p.gate_abs > 0, high - low > p.gate_abs,
+                        high * p.rel_den > low * p.rel_num)
+    gate_disabled = p.gate_abs > 0 if rules.gate_inverted else p.gate_abs <= 0
+    gate_keep = z3.Or(own == low, gate_disabled, z3.Not(imbalanced))
+    if rules.none_as_zero:
+        legacy = z3.And(z3.Not(p.margin_on), z3.Not(p.gate_on))
+        policy = z3.If(legacy, own <= low, z3.If(p.gate_on, gate_keep,
+                                                  z3.If(margin_active, band, True)))
+    else:
+        policy = z3.If(p.gate_on, gate_keep, z3.If(margin_active, band, True))
+    return policy if rules.margin_under_det else z3.Or(p.det, policy)
+
+
+def decide(p: Pool, rules: Rules = SPEC, det_mod: str = "floor",
+           placement: Term | None = None) -> PoolDecision:
+    """The core's acquire decision for a keyed request (R-ACQ-1..7, R-BREAK-1)."""
+    least = p.least if placement is None else placement
+    place = z3.If(p.det, det_index(p.hash, p.n, det_mod), least)
+    keep = keep_rule(p, rules)
+    kept = z3.And(p.hit, keep)
+    broken = z3.And(p.hit, z3.Not(keep))
+    repin = p.pin if rules.break_stays else least
+    choice = z3.If(kept, p.pin, z3.If(broken, repin, place))
+    pin_after = z3.If(z3.Or(kept, z3.And(broken, not rules.break_repins)), p.pin, choice)
+    return PoolDecision(choice, kept, broken, pin_after)
+
+
+def post_loads(p: Pool, d: PoolDecision) -> Term:
+    """The loads after the acquire: the chosen server counts one more (R-ACQ-7)."""
+    return z3.Store(p.loads, d.choice, p.loads[d.choice] + 1)
+
+
+def legacy_decide(p: Pool, rank: Term, tie: Term) -> tuple[Term, Term]:
+    """verl's legacy balancer (upstream-verl.md section 3), relationally: a hit on an
+    active server returns it; else ``full_determinism`` takes ``pool[hash % n]``; else the
+    ``tie``-th server at the minimum in pool order -- the position where the running count
+    of minima steps from ``tie`` to ``tie + 1``."""
+    c = z3.Int("legacy_choice")
+    placed = z3.And(_in(c, p.n), rank(c) == tie, rank(c + 1) == tie + 1)
+    constraint = z3.If(p.hit, c == p.pin,
+                       z3.If(p.det, c == p.hash % p.n, placed))
+    return constraint, c

@@ -1,0 +1,348 @@
+"""One-step lemmas and induction steps proved for every pool size N >= 1.
+
+Theory of operation
+-------------------
+Each :class:`ParamLemma` builds ``hypotheses and not goal`` over the symbolic pool of
+:mod:`.z3_param` (``n`` unknown, loads an array, any integer hash). UNSAT proves the
+lemma for **all N >= 1**, all loads >= 0, all margins >= 0, all gate thresholds, all tie
+choices and all integer hashes; a SAT model is a counterexample, read back as a concrete
+``n`` and the loads at positions ``0 .. n-1``.
+
+Two lemmas are about the tie rank itself (the count of minima before a position), by
+induction on the position: it never decreases (:data:`RANK_MONOTONE`), and every rank
+below the tie count is reached at some position (:data:`TIE_EXISTS`). The default-null
+equivalence assumes exactly these two facts -- the ``tie``-th tie exists and is unique --
+and nothing else about the rank.
+
+Every lemma lists encoded mutants (a :class:`~affinity_proofs.z3_model.Rules` variant, a
+hash rule or a broken rank definition). :func:`run` checks the spec and then each mutant
+with the *same* formula builder and solver settings; a mutant must be refuted (SAT).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+import attrs
+import z3
+
+from .z3_model import SPEC, Rules
+from .z3_param import Pool, _in, decide, keep_rule, legacy_decide, post_loads, rank_defs
+
+__all__ = ["PARAM_LEMMAS", "ParamLemma", "ParamResult", "Variant", "param_lemma", "run"]
+
+Term = Any
+
+
+@attrs.frozen
+class Variant:
+    """The rules a formula is built with: the spec, or one encoded mutant."""
+
+    name: str = "spec"
+    rules: Rules = SPEC
+    det_mod: str = "floor"  # "floor" (Python %), "abs", "trunc"
+    rank: str = "spec"  # "spec", "from_end" (ties from the last server), "down", "double"
+    # A search hint for mutants: ``n <= hint_n`` is added to the formula (Z3's model finder
+    # with quantifiers is otherwise erratic, and small counterexamples read better). A model
+    # of the restricted formula is a model of the formula, so a refutation is just as
+    # sound; the spec's proofs never carry a hint.
+    hint_n: int | None = None
+
+
+@attrs.frozen
+class ParamLemma:
+    name: str
+    obligation: int
+    requirements: tuple[str, ...]
+    statement: str
+    build: Callable[[Variant], Term]
+    mutants: tuple[Variant, ...]
+
+
+@attrs.frozen
+class ParamResult:
+    lemma: str
+    variant: str
+    # "proved" (UNSAT), "counterexample" (SAT), "no counterexample" (a mutant's formula is
+    # UNSAT: the mutant is equivalent on this lemma), "unknown" (timeout)
+    verdict: str
+    seconds: float
+    model: dict[str, Any] | None = None
+
+
+def _margin_case(p: Pool) -> Term:
+    return z3.And(p.domain(), p.margin_on, z3.Not(p.det))
+
+
+def _spread_exceeds(p: Pool, post: Term, bound: Term) -> Term:
+    """Not (max - min of ``post`` <= bound): two positions further apart than ``bound``."""
+    i, j = z3.Int("spread_i"), z3.Int("spread_j")
+    return z3.And(_in(i, p.n), _in(j, p.n), post[i] - post[j] > bound)
+
+
+def _rank(v: Variant, p: Pool, name: str = "rank") -> Term:
+    rank = z3.Function(name, z3.IntSort(), z3.IntSort())
+    if v.rank in ("down", "double"):  # counts down past non-minima / each minimum twice
+        k = z3.Int("rank_k")
+        up, other = (1, -1) if v.rank == "down" else (2, 0)
+        step = rank(k + 1) == rank(k) + z3.If(p.loads[k] == p.low, up, other)
+        return rank, z3.And(rank(0) == 0, z3.ForAll(
+            [k], z3.Implies(_in(k, p.n), step), patterns=[rank(k + 1)]))
+    return rank, rank_defs(p, rank)
+
+
+def _rank_monotone(v: Variant) -> Term:
+    """Induction step on j: rank(i) <= rank(j) implies rank(i) <= rank(j + 1)."""
+    p = Pool()
+    rank, defs = _rank(v, p)
+    i, j = z3.Int("i"), z3.Int("j")
+    return z3.And(p.domain(), defs, 0 <= i, i <= j, j < p.n,
+                  rank(i) <= rank(j), rank(i) > rank(j + 1))
+
+
+def _tie_exists(v: Variant) -> Term:
+    """Induction step on j, constructively: if ``witness(t)`` (t < rank(j)) is a position
+    q < j where the rank steps from t to t + 1, then ``witness(t)`` for t < rank(j) and
+    ``j`` for t = rank(j) are such positions for every t < rank(j + 1). (Base j = 0:
+    rank(0) = 0, nothing to show.) So the tie-th tie exists for every tie < rank(n)."""
+    p = Pool()
+    rank, defs = _rank(v, p)
+    j, t = z3.Int("j"), z3.Int("t")
+    witness = z3.Function("witness", z3.IntSort(), z3.IntSort())
+
+    def steps_at(q: Term, t: Term, bound: Term) -> Term:
+        return z3.And(0 <= q, q < bound, rank(q) == t, rank(q + 1) == t + 1)
+
+    hypothesis = z3.ForAll([t], z3.Implies(z3.And(0 <= t, t < rank(j)),
+                                           steps_at(witness(t), t, j)),
+                           patterns=[witness(t)])
+    t0 = z3.Int("t0")
+    extended = z3.If(t0 < rank(j), witness(t0), j)
+    return z3.And(p.domain(), defs, 0 <= j, j < p.n, hypothesis,
+                  0 <= t0, t0 < rank(j + 1), z3.Not(steps_at(extended, t0, j + 1)))
+
+
+def _equivalence(v: Variant) -> Term:
+    p = Pool()
+    rank, defs = _rank(SPEC_VARIANT, p)
+    tie, q, ii, jj = z3.Int("tie"), z3.Int("tie_position"), z3.Int("ri"), z3.Int("rj")
+    monotone = z3.ForAll([ii, jj], z3.Implies(z3.And(0 <= ii, ii <= jj, jj <= p.n),
+                                               rank(ii) <= rank(jj)))
+    if v.rank == "from_end":
+        back = z3.Function("rank_from_end", z3.IntSort(), z3.IntSort())
+        placed = z3.And(p.loads[q] == p.low, back(q + 1) == tie,
+                        rank_defs(p, back, from_end=True))
+    else:
+        placed = z3.And(p.loads[q] == p.low, rank(q) == tie)
+    d = decide(p, v.rules, v.det_mod, placement=q)
+    constraint, legacy = legacy_decide(p, rank, tie)
+    differs = z3.Or(d.choice != legacy, d.pin_after != legacy)
+    return z3.And(p.domain(), defs, monotone, z3.Not(p.margin_on), z3.Not(p.gate_on),
+                  0 <= tie, tie < rank(p.n), _in(q, p.n), placed, constraint, differs)
+
+
+def _determinism(v: Variant) -> Term:
+    a = Pool()
+    b = Pool("other_", n=a.n)
+    d, e = decide(a, v.rules, v.det_mod), decide(b, v.rules, v.det_mod)
+    same_request = z3.And(a.pin == b.pin, a.hit == b.hit, b.hash == a.hash + a.n,
+                          a.det, b.det)
+    return z3.And(a.domain(), b.domain(), same_request,
+                  z3.Or(d.choice != e.choice, z3.Not(_in(d.choice, a.n))))
+
+
+def _skew(v: Variant) -> Term:
+    p = Pool()
+    d = decide(p, v.rules)
+    return z3.And(_margin_case(p), p.loads[d.choice] > p.low + p.margin)
+
+
+def _induction_bounded(v: Variant) -> Term:
+    p = Pool()
+    post = post_loads(p, decide(p, v.rules))
+    return z3.And(_margin_case(p), p.high - p.low <= p.margin + 1,
+                  _spread_exceeds(p, post, p.margin + 1))
+
+
+def _induction_nonincreasing(v: Variant) -> Term:
+    p = Pool()
+    post = post_loads(p, decide(p, v.rules))
+    return z3.And(_margin_case(p), p.high - p.low > p.margin + 1,
+                  _spread_exceeds(p, post, p.high - p.low))
+
+
+def _margin_zero(v: Variant) -> Term:
+    p = Pool()
+    d = decide(p, v.rules)
+    return z3.And(_margin_case(p), p.margin == 0, p.loads[d.choice] != p.low)
+
+
+def _monotone(v: Variant) -> Term:
+    p = Pool()
+    m1, m2 = z3.Int("m1"), z3.Int("m2")
+    return z3.And(_margin_case(p), z3.Not(p.gate_on), m1 >= 0, m2 >= m1,
+                  keep_rule(p, v.rules, m1), z3.Not(keep_rule(p, v.rules, m2)))
+
+
+def _selectivity(v: Variant) -> Term:
+    p = Pool()
+    d = decide(p, v.rules)
+    return z3.And(_margin_case(p), p.hit, p.own <= p.low + p.margin,
+                  z3.Not(z3.And(d.kept, d.choice == p.pin)))
+
+
+def _break(v: Variant) -> Term:
+    p = Pool()
+    d = decide(p, v.rules)
+    correct = z3.And(d.choice != p.pin, p.loads[d.choice] == p.low, d.pin_after == d.choice)
+    return z3.And(p.domain(), z3.Not(p.det), d.broken, z3.Not(correct))
+
+
+def _no_starvation(v: Variant) -> Term:
+    p = Pool()
+    d = decide(p, v.rules)
+    idle = z3.Int("idle")
+    return z3.And(_margin_case(p), _in(idle, p.n), p.loads[idle] == 0,
+                  p.loads[d.choice] > p.margin)
+
+
+def _gate_bound(v: Variant) -> Term:
+    p = Pool()
+    d = decide(p, v.rules)
+    load, low = p.loads[d.choice], p.low
+    bound = z3.Or(load <= low + p.gate_abs, load * p.rel_den <= low * p.rel_num)
+    return z3.And(p.domain(), p.gate_on, z3.Not(p.det), p.gate_abs > 0, z3.Not(bound))
+
+
+SPEC_VARIANT = Variant()
+MUTANT_HINT_N = 8
+
+
+def _m(name: str, **kw: Any) -> Variant:
+    extra = ("det_mod", "rank", "hint_n")
+    rules = {k: v for k, v in kw.items() if k not in extra}
+    rest = {k: v for k, v in kw.items() if k in extra}
+    rest.setdefault("hint_n", MUTANT_HINT_N)
+    return Variant(name, Rules(**rules), **rest)
+
+
+PARAM_LEMMAS: tuple[ParamLemma, ...] = (
+    ParamLemma("tie_rank_monotone", 1, ("R-TIE-1",),
+               "induction: the count of minima before a position never decreases",
+               _rank_monotone, (_m("tie_rank_counts_down", rank="down"),)),
+    ParamLemma("tie_exists", 1, ("R-TIE-1",),
+               "induction: every tie index below the tie count names a position",
+               _tie_exists, (_m("tie_rank_double_step", rank="double"),)),
+    ParamLemma("default_null_equivalence", 1, ("R-LEG-1", "R-ACQ-4", "R-TIE-1"),
+               "margin None, no gate: choice and pin equal the legacy model's",
+               _equivalence, (_m("margin_null_as_zero", none_as_zero=True),
+                              _m("ties_last_in_order", rank="from_end"))),
+    ParamLemma("determinism_ignores_load_margin_gate", 2, ("R-DET-1", "R-DET-2", "R-DET-4"),
+               "full_determinism: same pin and hash (mod n) give the same server in [0, n) "
+               "whatever loads, margin, gate; hashes of any sign",
+               _determinism, (_m("margin_under_determinism", margin_under_det=True),
+                              _m("hash_abs_mod", det_mod="abs"),
+                              _m("hash_truncated_mod", det_mod="trunc"))),
+    ParamLemma("per_decision_skew", 3, ("R-SKEW-1", "R-KEEP-1", "R-PLACE-1"),
+               "margin m: the chosen server's load <= min + m",
+               _skew, (_m("keep_band_plus_one", keep_slack=1),)),
+    ParamLemma("arrivals_spread_inductive", 3, ("R-SKEW-2",),
+               "arrivals only: max - min <= m + 1 is preserved by every acquire",
+               _induction_bounded, (_m("keep_band_plus_one", keep_slack=1),)),
+    ParamLemma("spread_nonincreasing_above_band", 3, ("R-SKEW-3",),
+               "max - min > m + 1: an acquire never increases max - min",
+               _induction_nonincreasing, (_m("keep_band_plus_two", keep_slack=2),)),
+    ParamLemma("margin_zero_least_loaded", 4, ("R-SKEW-5",),
+               "margin 0: the chosen server is least-loaded",
+               _margin_zero, (_m("margin_zero_means_off", margin_zero_off=True),)),
+    ParamLemma("keep_monotone_in_margin", 5, ("R-KEEP-4",),
+               "kept at m1 implies kept at every m2 >= m1",
+               _monotone, (_m("keep_comparison_flipped", keep_cmp="ge"),)),
+    ParamLemma("selectivity", 6, ("R-KEEP-1", "R-KEEP-4"),
+               "a pin with load <= min + m is kept",
+               _selectivity, (_m("keep_strict_lt", keep_cmp="lt"),)),
+    ParamLemma("break_correct", 7, ("R-BREAK-1", "R-BREAK-2"),
+               "a break (margin or gate) moves to a different least-loaded server and re-pins",
+               _break, (_m("break_keeps_old_server", break_stays=True),
+                        _m("break_does_not_repin", break_repins=False))),
+    ParamLemma("no_starvation", 12, ("R-KEEP-3",),
+               "margin m and an idle server: the chosen server's load <= m",
+               _no_starvation, (_m("min_ignores_idle", floor_over_busy=True),)),
+    ParamLemma("gate_bound", 13, ("R-GATE-1", "R-GATE-2"),
+               "gate abs > 0: chosen load <= min + abs or load <= min * rel",
+               _gate_bound, (_m("gate_disable_inverted", gate_inverted=True),)),
+)
+
+
+def param_lemma(name: str) -> ParamLemma:
+    for lemma in PARAM_LEMMAS:
+        if lemma.name == name:
+            return lemma
+    raise KeyError(f"unknown all-N lemma {name!r}; known: {[x.name for x in PARAM_LEMMAS]}")
+
+
+def _model(model: Any) -> dict[str, Any]:
+    """The counterexample: ``n``, the scalar inputs and the loads -- all of them for
+    ``n <= 16``, else at the positions the model names (pin, minimum, choice, ...)."""
+    out: dict[str, Any] = {}
+    arrays: dict[str, Any] = {}
+    for decl in model.decls():
+        if decl.arity() > 0:
+            continue
+        value = model[decl]
+        if decl.range() == z3.ArraySort(z3.IntSort(), z3.IntSort()):
+            arrays[decl.name()] = decl()
+        elif z3.is_bool(value):
+            out[decl.name()] = bool(z3.is_true(value))
+        elif z3.is_int_value(value):
+            out[decl.name()] = int(value.as_long())
+    n = out.get("n")
+    if isinstance(n, int) and n > 0:
+        named = sorted({v for k, v in out.items() if isinstance(v, int)
+                        and not isinstance(v, bool) and 0 <= v < n and k != "n"})
+        positions = range(n) if n <= 16 else named
+        for name, array in arrays.items():
+            values = {i: int(model.eval(array[i], model_completion=True).as_long())
+                      for i in positions}
+            out[name] = list(values.values()) if n <= 16 else {
+                "at_positions": values}
+    return dict(sorted(out.items()))
+
+
+def _check(formula: Term, hint_n: int | None, timeout_s: float) -> tuple[Any, Any]:
+    solver = z3.Solver()
+    solver.set("timeout", int(timeout_s * 1000))
+    solver.add(formula)
+    if hint_n is not None:
+        solver.add(z3.Int("n") <= hint_n)
+    answer = solver.check()
+    return answer, solver.model() if answer == z3.sat else None
+
+
+def run(lemma: ParamLemma, variant: Variant = SPEC_VARIANT,
+        timeout_s: float = 30.0) -> ParamResult:
+    """Check ``lemma`` for all N with the spec's rules or one encoded mutant's.
+
+    A mutant is searched under the hints ``n <= 2, 4, hint_n`` in turn (a model under a
+    hint is a model of the formula), then without one."""
+    start = time.perf_counter()
+    formula = lemma.build(variant)
+    hints: list[int | None] = [None]
+    if variant.hint_n is not None:
+        hints = [h for h in (2, 4) if h < variant.hint_n] + [variant.hint_n, None]
+    answer: Any = z3.unknown
+    for hint in hints:
+        left = timeout_s - (time.perf_counter() - start)
+        if left <= 0:
+            break
+        answer, model = _check(formula, hint, left if hint is None else min(left, 5.0))
+        if answer == z3.sat:
+            return ParamResult(lemma.name, variant.name, "counterexample",
+                               time.perf_counter() - start, _model(model))
+        if answer == z3.unsat and hint is None:
+            break
+    verdict = "proved" if answer == z3.unsat and hints[-1] is None and len(hints) == 1 \
+        else ("no counterexample" if answer == z3.unsat else "unknown")
+    return ParamResult(lemma.name, variant.name, verdict, time.perf_counter() - start)
