@@ -44,14 +44,14 @@ import z3
 
 from .z3_model import SPEC, Rules
 
-__all__ = ["Pool", "PoolDecision", "decide", "det_index", "keep_rule", "legacy_decide",
+__all__ = ["Pool", "PoolDecision", "decide", "det_index", "in_pool", "keep_rule", "legacy_decide",
            "post_loads", "rank_defs"]
 
 
 Term = Any  # z3 expressions are untyped for mypy
 
 
-def _in(i: Term, n: Term) -> Term:
+def in_pool(i: Term, n: Term) -> Term:
     return z3.And(i >= 0, i < n)
 
 
@@ -99,20 +99,20 @@ class Pool:
     def forall(self, body: Any) -> Term:
         """``forall k in [0, n): body(k)``, triggered on ``loads[k]``."""
         k = self._k
-        return z3.ForAll([k], z3.Implies(_in(k, self.n), body(k)),
+        return z3.ForAll([k], z3.Implies(in_pool(k, self.n), body(k)),
                          patterns=[self.loads[k]])
 
     def domain(self) -> Term:
         """Well-formed inputs: a non-empty pool, loads >= 0, min/max/pin/placement in range."""
         return z3.And(
             self.n >= 1,
-            _in(self.w_min, self.n), _in(self.w_max, self.n), _in(self.pin, self.n),
-            _in(self.least, self.n), self.loads[self.least] == self.low,
+            in_pool(self.w_min, self.n), in_pool(self.w_max, self.n), in_pool(self.pin, self.n),
+            in_pool(self.least, self.n), self.loads[self.least] == self.low,
             self.low >= 0,
             self.forall(lambda k: z3.And(self.loads[k] >= self.low,
                                          self.loads[k] <= self.high,
                                          self._busy(k) >= self.busy_floor)),
-            _in(self.w_busy, self.n),
+            in_pool(self.w_busy, self.n),
             self.margin >= 0, z3.Not(z3.And(self.margin_on, self.gate_on)),
             self.rel_den >= 1, self.rel_num >= self.rel_den,
         )
@@ -125,10 +125,10 @@ def rank_defs(p: Pool, rank: Term, from_end: bool = False) -> Term:
     at_min = z3.If(p.loads[k] == p.low, 1, 0)
     if from_end:
         return z3.And(rank(p.n) == 0, z3.ForAll(
-            [k], z3.Implies(_in(k, p.n), rank(k) == rank(k + 1) + at_min),
+            [k], z3.Implies(in_pool(k, p.n), rank(k) == rank(k + 1) + at_min),
             patterns=[rank(k)]))
     return z3.And(rank(0) == 0, z3.ForAll(
-        [k], z3.Implies(_in(k, p.n), rank(k + 1) == rank(k) + at_min),
+        [k], z3.Implies(in_pool(k, p.n), rank(k + 1) == rank(k) + at_min),
         patterns=[rank(k + 1)]))
 
 
@@ -190,7 +190,7 @@ def legacy_decide(p: Pool, rank: Term, tie: Term) -> tuple[Term, Term]:
     ``tie``-th server at the minimum in pool order -- the position where the running count
     of minima steps from ``tie`` to ``tie + 1``."""
     c = z3.Int("legacy_choice")
-    placed = z3.And(_in(c, p.n), rank(c) == tie, rank(c + 1) == tie + 1)
+    placed = z3.And(in_pool(c, p.n), rank(c) == tie, rank(c + 1) == tie + 1)
     constraint = z3.If(p.hit, c == p.pin,
                        z3.If(p.det, c == p.hash % p.n, placed))
     return constraint, c

@@ -29,7 +29,7 @@ import attrs
 import z3
 
 from .z3_model import SPEC, Rules
-from .z3_param import Pool, _in, decide, keep_rule, legacy_decide, post_loads, rank_defs
+from .z3_param import Pool, in_pool, decide, keep_rule, legacy_decide, post_loads, rank_defs
 
 __all__ = ["PARAM_LEMMAS", "ParamLemma", "ParamResult", "Variant", "param_lemma", "run"]
 
@@ -79,7 +79,7 @@ def _margin_case(p: Pool) -> Term:
 def _spread_exceeds(p: Pool, post: Term, bound: Term) -> Term:
     """Not (max - min of ``post`` <= bound): two positions further apart than ``bound``."""
     i, j = z3.Int("spread_i"), z3.Int("spread_j")
-    return z3.And(_in(i, p.n), _in(j, p.n), post[i] - post[j] > bound)
+    return z3.And(in_pool(i, p.n), in_pool(j, p.n), post[i] - post[j] > bound)
 
 
 def _rank(v: Variant, p: Pool, name: str = "rank") -> Term:
@@ -89,7 +89,7 @@ def _rank(v: Variant, p: Pool, name: str = "rank") -> Term:
         up, other = (1, -1) if v.rank == "down" else (2, 0)
         step = rank(k + 1) == rank(k) + z3.If(p.loads[k] == p.low, up, other)
         return rank, z3.And(rank(0) == 0, z3.ForAll(
-            [k], z3.Implies(_in(k, p.n), step), patterns=[rank(k + 1)]))
+            [k], z3.Implies(in_pool(k, p.n), step), patterns=[rank(k + 1)]))
     return rank, rank_defs(p, rank)
 
 
@@ -98,7 +98,7 @@ def _rank_monotone(v: Variant) -> Term:
     p = Pool()
     rank, defs = _rank(v, p)
     i, j = z3.Int("i"), z3.Int("j")
-    return z3.And(p.domain(), defs, 0 <= i, i <= j, j < p.n,
+    return z3.And(p.domain(), defs, i >= 0, i <= j, j < p.n,
                   rank(i) <= rank(j), rank(i) > rank(j + 1))
 
 
@@ -113,22 +113,22 @@ def _tie_exists(v: Variant) -> Term:
     witness = z3.Function("witness", z3.IntSort(), z3.IntSort())
 
     def steps_at(q: Term, t: Term, bound: Term) -> Term:
-        return z3.And(0 <= q, q < bound, rank(q) == t, rank(q + 1) == t + 1)
+        return z3.And(q >= 0, q < bound, rank(q) == t, rank(q + 1) == t + 1)
 
-    hypothesis = z3.ForAll([t], z3.Implies(z3.And(0 <= t, t < rank(j)),
+    hypothesis = z3.ForAll([t], z3.Implies(z3.And(t >= 0, t < rank(j)),
                                            steps_at(witness(t), t, j)),
                            patterns=[witness(t)])
     t0 = z3.Int("t0")
     extended = z3.If(t0 < rank(j), witness(t0), j)
-    return z3.And(p.domain(), defs, 0 <= j, j < p.n, hypothesis,
-                  0 <= t0, t0 < rank(j + 1), z3.Not(steps_at(extended, t0, j + 1)))
+    return z3.And(p.domain(), defs, j >= 0, j < p.n, hypothesis,
+                  t0 >= 0, t0 < rank(j + 1), z3.Not(steps_at(extended, t0, j + 1)))
 
 
 def _equivalence(v: Variant) -> Term:
     p = Pool()
     rank, defs = _rank(SPEC_VARIANT, p)
     tie, q, ii, jj = z3.Int("tie"), z3.Int("tie_position"), z3.Int("ri"), z3.Int("rj")
-    monotone = z3.ForAll([ii, jj], z3.Implies(z3.And(0 <= ii, ii <= jj, jj <= p.n),
+    monotone = z3.ForAll([ii, jj], z3.Implies(z3.And(ii >= 0, ii <= jj, jj <= p.n),
                                                rank(ii) <= rank(jj)))
     if v.rank == "from_end":
         back = z3.Function("rank_from_end", z3.IntSort(), z3.IntSort())
@@ -140,7 +140,7 @@ def _equivalence(v: Variant) -> Term:
     constraint, legacy = legacy_decide(p, rank, tie)
     differs = z3.Or(d.choice != legacy, d.pin_after != legacy)
     return z3.And(p.domain(), defs, monotone, z3.Not(p.margin_on), z3.Not(p.gate_on),
-                  0 <= tie, tie < rank(p.n), _in(q, p.n), placed, constraint, differs)
+                  tie >= 0, tie < rank(p.n), in_pool(q, p.n), placed, constraint, differs)
 
 
 def _determinism(v: Variant) -> Term:
@@ -150,7 +150,7 @@ def _determinism(v: Variant) -> Term:
     same_request = z3.And(a.pin == b.pin, a.hit == b.hit, b.hash == a.hash + a.n,
                           a.det, b.det)
     return z3.And(a.domain(), b.domain(), same_request,
-                  z3.Or(d.choice != e.choice, z3.Not(_in(d.choice, a.n))))
+                  z3.Or(d.choice != e.choice, z3.Not(in_pool(d.choice, a.n))))
 
 
 def _skew(v: Variant) -> Term:
@@ -204,7 +204,7 @@ def _no_starvation(v: Variant) -> Term:
     p = Pool()
     d = decide(p, v.rules)
     idle = z3.Int("idle")
-    return z3.And(_margin_case(p), _in(idle, p.n), p.loads[idle] == 0,
+    return z3.And(_margin_case(p), in_pool(idle, p.n), p.loads[idle] == 0,
                   p.loads[d.choice] > p.margin)
 
 
@@ -331,7 +331,7 @@ def run(lemma: ParamLemma, variant: Variant = SPEC_VARIANT,
     formula = lemma.build(variant)
     hints: list[int | None] = [None]
     if variant.hint_n is not None:
-        hints = [h for h in (2, 4) if h < variant.hint_n] + [variant.hint_n, None]
+        hints = [*(h for h in (2, 4) if h < variant.hint_n), variant.hint_n, None]
     answer: Any = z3.unknown
     for hint in hints:
         left = timeout_s - (time.perf_counter() - start)
