@@ -29,7 +29,7 @@ import attrs
 import z3
 
 from .z3_model import SPEC, Rules
-from .z3_param import Pool, in_pool, decide, keep_rule, legacy_decide, post_loads, rank_defs
+from .z3_param import Pool, decide, in_pool, keep_rule, legacy_decide, post_loads, rank_defs
 
 __all__ = ["PARAM_LEMMAS", "ParamLemma", "ParamResult", "Variant", "param_lemma", "run"]
 
