@@ -1,4 +1,4 @@
-"""Check NDJSON decision logs (``affinity_conformance.decision_log``) against the spec.
+"""Check NDJSON decision logs (written by ``affinity_runtime.decision_log``) against the spec.
 
 Theory of operation
 -------------------
@@ -53,8 +53,9 @@ from affinity_core import (
     state_from_json,
     step,
 )
+from affinity_runtime.decision_log import state_summary
 
-from .decision_log import LogError, LogRecord, read_log, state_summary
+from .decision_log import LogError, LogRecord, read_log
 from .diagnosis import describe_event, explain_acquire
 
 __all__ = ["FileResult", "LogDivergence", "LogError", "Observer", "replay_file",

@@ -45,8 +45,8 @@ import ray
 from affinity_verl import AffinityLoadBalancer
 from affinity_verl.testing.load import SessionClient
 
-from affinity_conformance.decision_log import DecisionLogWriter
 from affinity_conformance.upstream import load_upstream_balancer
+from affinity_runtime.decision_log import DecisionLogWriter
 
 SERVERS = {f"10.0.0.{i}:8000": None for i in range(8)}
 SESSIONS = 256

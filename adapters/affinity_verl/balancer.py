@@ -37,7 +37,6 @@ import random
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from affinity_conformance.decision_log import DecisionLogWriter
 from affinity_core import (
     NO_SERVERS_MESSAGE,
     Acquire,
@@ -58,6 +57,7 @@ from affinity_core import (
     status,
     step,
 )
+from affinity_runtime.decision_log import DecisionLogWriter
 
 from .options import BalancerOptions, OptionError, parse_options
 

@@ -19,7 +19,6 @@ import attrs
 import pytest
 
 from affinity_cli.main import main
-from affinity_conformance.decision_log import DecisionLogWriter
 from affinity_conformance.log_replay import LogError, replay_file
 from affinity_core import (
     Acquire,
@@ -32,6 +31,7 @@ from affinity_core import (
     initial_state,
     step,
 )
+from affinity_runtime.decision_log import DecisionLogWriter
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from affinity_cli.main import SUBCOMMANDS
-from affinity_conformance.decision_log import read_log, state_summary
+from affinity_conformance.decision_log import read_log
 from affinity_core import (
     config_from_json,
     event_from_json,
@@ -27,6 +27,7 @@ from affinity_core import (
     state_from_json,
     step,
 )
+from affinity_runtime.decision_log import state_summary
 
 from .fleet import fleet, run, wait_until
 

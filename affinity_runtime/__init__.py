@@ -1,0 +1,26 @@
+"""affinity_runtime: what the adapters run beside the pure core, with I/O.
+
+The core (:mod:`affinity_core`) does no I/O; the conformance tooling
+(:mod:`affinity_conformance`) checks what the adapters did. This package holds the runtime
+pieces both adapters share and the checker reads: the decision-log writer and its format
+(:mod:`affinity_runtime.decision_log`) and the single-writer path lock
+(:mod:`affinity_runtime.path_lock`). It never imports conformance or test tooling.
+"""
+
+from .decision_log import (
+    DEFAULT_DIGEST_EVERY,
+    LOG_FORMAT,
+    PROBLEM_KINDS,
+    DecisionLogLocked,
+    DecisionLogWriter,
+    state_summary,
+)
+
+__all__ = [
+    "DEFAULT_DIGEST_EVERY",
+    "LOG_FORMAT",
+    "PROBLEM_KINDS",
+    "DecisionLogLocked",
+    "DecisionLogWriter",
+    "state_summary",
+]
