@@ -1,4 +1,4 @@
-"""Built-in sweeps (``pr7435``, ``smoke``, ``perf``) and user workload files (TOML/YAML).
+"""Built-in sweeps (``pr7435``, ``pr7435-scale[-ablation]``, ``smoke``, ``perf``), workload files.
 
 Theory of operation
 -------------------
@@ -144,11 +144,19 @@ def preset(name: str) -> Sweep:
         return Sweep(name=name, workloads=(_perf_workload(),),
                      policies=tuple(parse_policies(["legacy"])), seeds=1,
                      description="timing: 16 replicas, 512 trajectories x 8 turns")
+    if name == "pr7435-scale":
+        from .prscale import scale_sweep
+
+        return scale_sweep()
+    if name == "pr7435-scale-ablation":
+        from .prscale import ablation_sweep
+
+        return ablation_sweep()
     raise PresetError(f"unknown preset {name!r}; accepted: {', '.join(PRESETS)} or a "
                       ".toml/.yaml workload file")
 
 
-PRESETS = ("pr7435", "smoke", "perf")
+PRESETS = ("pr7435", "pr7435-scale", "pr7435-scale-ablation", "smoke", "perf")
 
 
 def workload_preset(ref: str) -> Workload:

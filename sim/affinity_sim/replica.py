@@ -26,6 +26,15 @@ need a preemption, or -- if the replica could admit it -- when a new request arr
 arrival joins at the next iteration boundary. This keeps the event count proportional to
 requests, not tokens.
 
+Decode progress is *lazy*, so an event costs O(log n), not O(n) in the running batch:
+the replica keeps a decode clock (iterations applied to every decoder) and each decoder
+remembers the clock at which its ``tokens``/``remaining`` were last written (``mark``).
+``tokens - mark`` and the block offset ``(tokens - 1 - mark) mod B`` stay fixed while it
+decodes, so the batch is summarized by a count per offset class (block growth, the
+preemption need, the longest fitting run), the sum of ``tokens - mark`` (context read),
+and a heap of finish clocks (completions). A decoder's fields are brought up to date
+(:meth:`Replica._sync`) only when it is preempted or retires.
+
 Statistics: prefix-cache queries and hits in tokens, per admission; as in vLLM's
 ``PrefixCacheStats``, the re-lookup of a preempted request is counted apart and is not part
 of the exported hit rate. Also prefill tokens, preemptions, iterations, and idle
@@ -39,6 +48,7 @@ prefix was evicted recomputes its own cached blocks without allocating them twic
 
 from __future__ import annotations
 
+import heapq
 import math
 from collections import deque
 from collections.abc import Generator
@@ -55,21 +65,26 @@ __all__ = ["QueueTracker", "Replica", "Request"]
 class Request:
     """One turn of one trajectory, as the replica sees it."""
 
-    __slots__ = ("decoding", "done", "group_key", "own_blocks", "preempted", "prefill_left",
-                 "prefill_pos", "remaining", "shared", "tokens", "traj")
+    __slots__ = ("admitted", "decoding", "done", "epoch", "group_key", "mark", "own_blocks",
+                 "phase", "preempted", "prefill_left", "prefill_pos", "remaining", "shared",
+                 "tokens", "traj")
 
     def __init__(self, env: simpy.Environment, traj: int, group_key: int, shared: int,
                  prompt_tokens: int, output_tokens: int) -> None:
         self.traj = traj
         self.group_key = group_key
         self.shared = shared  # full blocks of the prompt shared with sibling samples
-        self.tokens = prompt_tokens  # prompt, then prompt + sampled tokens
-        self.remaining = output_tokens
+        self.tokens = prompt_tokens  # prompt, then prompt + sampled tokens (as of ``mark``)
+        self.remaining = output_tokens  # as of ``mark``
         self.prefill_left = 0
         self.prefill_pos = 0
-        self.own_blocks = 0
+        self.own_blocks = 0  # as of ``mark``
         self.decoding = False
         self.preempted = False  # vLLM counts a preempted request's re-lookup apart
+        self.mark = 0  # the replica's decode clock when the fields above were written
+        self.phase = 0  # (tokens - 1 - mark) mod block size, fixed while decoding
+        self.epoch = 0  # bumped when it starts or stops decoding (stale heap entries)
+        self.admitted = 0  # admission sequence number: the running order
         self.done = env.event()
 
 
@@ -107,7 +122,15 @@ class Replica:
         self.kv = KvPool(model.capacity_blocks, model.block_size)
         self.waiting: deque[Request] = deque()
         self.running: list[Request] = []  # admission order; preemption takes the last
+        self.prefilling: list[Request] = []  # running, prefill unfinished, admission order
         self.wake: simpy.Event | None = None
+        # The decoders, summarized (see "lazy" in the module docstring).
+        self.clock = 0
+        self.decoders = 0
+        self.base_sum = 0  # sum of tokens - mark
+        self.phase_count = [0] * self.block
+        self.finish: list[tuple[int, int, int, Request]] = []  # (clock, seq, epoch, request)
+        self.seq = 0
         self.query_tokens = 0
         self.hit_tokens = 0
         self.preempted_query_tokens = 0
@@ -145,43 +168,98 @@ class Replica:
                 self.idle_since = None
                 continue
             self._make_room()
-            decoders = [r for r in self.running if r.decoding]
-            headroom = self._growth(decoders, 1)  # kept free for the decoders' next token
-            chunks = self._schedule_prefill(len(decoders), headroom)
+            headroom = self._growth(1)  # kept free for the decoders' next token
+            chunks = self._schedule_prefill(self.decoders, headroom)
             if chunks:
-                yield env.timeout(self._mixed_time(decoders, chunks))
-                self._finish_mixed(decoders, chunks)
+                yield env.timeout(self._mixed_time(chunks))
+                self._finish_mixed(chunks)
             elif self.running:
                 yield from self._decode_run()
 
     def _blocks(self, tokens: int) -> int:
         return -(-tokens // self.block)
 
-    def _growth(self, decoders: list[Request], k: int) -> int:
+    # -- the decoders, summarized ------------------------------------------------------
+    def _start_decoding(self, r: Request) -> None:
+        """``r`` (fields current) joins the decoders at the present clock."""
+        clock = self.clock
+        r.decoding = True
+        r.mark = clock
+        r.epoch += 1
+        r.phase = (r.tokens - 1 - clock) % self.block
+        self.phase_count[r.phase] += 1
+        self.decoders += 1
+        self.base_sum += r.tokens - clock
+        self.seq += 1
+        heapq.heappush(self.finish, (clock + r.remaining, self.seq, r.epoch, r))
+
+    def _sync(self, r: Request) -> None:
+        """Write a decoder's lazy progress into its fields."""
+        d = self.clock - r.mark
+        if d:
+            t = r.tokens
+            r.own_blocks += ((t - 1) % self.block + d) // self.block
+            r.tokens = t + d
+            r.remaining -= d
+            r.mark = self.clock
+
+    def _stop_decoding(self, r: Request) -> None:
+        self._sync(r)
+        self.phase_count[r.phase] -= 1
+        self.decoders -= 1
+        self.base_sum -= r.tokens - self.clock
+        r.decoding = False
+        r.epoch += 1
+
+    def _context(self) -> int:
+        """KV tokens the decoders read in the next iteration."""
+        return self.base_sum + self.decoders * self.clock
+
+    def _growth(self, k: int) -> int:
         """Blocks the decoders must add to sample ``k`` more tokens each.
 
-        ``ceil((t+k)/B) - ceil(t/B) == ((t-1) mod B + k) // B`` for ``t >= 1``.
+        ``ceil((t+k)/B) - ceil(t/B) == ((t-1) mod B + k) // B`` for ``t >= 1``; a decoder's
+        offset ``(t-1) mod B`` is ``(phase + clock) mod B``.
         """
         bs = self.block
-        return sum([((r.tokens - 1) % bs + k) // bs for r in decoders])
+        clock = self.clock
+        total = 0
+        for phase, count in enumerate(self.phase_count):
+            if count:
+                total += count * (((phase + clock) % bs + k) // bs)
+        return total
+
+    def _count_at_offset(self, offset: int) -> int:
+        return self.phase_count[(offset - self.clock) % self.block]
+
+    def _next_finish(self) -> int:
+        """The decode clock at which the first decoder completes (stale entries dropped)."""
+        heap = self.finish
+        while heap[0][2] != heap[0][3].epoch:
+            heapq.heappop(heap)
+        return heap[0][0]
 
     def _make_room(self) -> None:
         """Preempt the newest running requests until every decoder has its next slot."""
         bs = self.block
         running = self.running
-        need = sum([1 for r in running if r.decoding and r.tokens % bs == 0])
+        need = self._count_at_offset(bs - 1)  # decoders whose next token opens a block
         available = self.kv.available
         while running and need > available:
             victim = running.pop()
-            if victim.decoding and victim.tokens % bs == 0:
+            if victim.decoding and (victim.phase + self.clock) % bs == bs - 1:
                 need -= 1
             self._preempt(victim)
             available = self.kv.available
 
     def _preempt(self, victim: Request) -> None:
-        computed = victim.tokens - 1 if victim.decoding else victim.prefill_pos
+        if victim.decoding:
+            self._stop_decoding(victim)
+            computed = victim.tokens - 1
+        else:
+            self.prefilling.remove(victim)
+            computed = victim.prefill_pos
         self._free(victim, computed)
-        victim.decoding = False
         victim.preempted = True
         self.waiting.appendleft(victim)
         self.preemptions += 1
@@ -204,6 +282,8 @@ class Replica:
         request.own_blocks = own
         request.prefill_pos = hit_tokens
         request.prefill_left = request.tokens - hit_tokens
+        self.seq += 1
+        request.admitted = self.seq
         if request.preempted:
             self.preempted_query_tokens += request.tokens
             self.preempted_hit_tokens += hit_tokens
@@ -216,13 +296,12 @@ class Replica:
         model = self.model
         budget = model.max_num_batched_tokens - decoding
         chunks: list[tuple[Request, int]] = []
-        for r in self.running:
+        for r in self.prefilling:
             if budget <= 0:
                 return chunks
-            if not r.decoding:
-                n = min(r.prefill_left, budget)
-                chunks.append((r, n))
-                budget -= n
+            n = min(r.prefill_left, budget)
+            chunks.append((r, n))
+            budget -= n
         waiting = self.waiting
         while budget > 0 and waiting and len(self.running) < model.max_num_seqs:
             head = waiting[0]
@@ -230,57 +309,68 @@ class Replica:
                 break  # FCFS: the head blocks the queue
             waiting.popleft()
             self.running.append(head)
+            self.prefilling.append(head)
             n = min(head.prefill_left, budget)
             chunks.append((head, n))
             budget -= n
         return chunks
 
-    def _mixed_time(self, decoders: list[Request], chunks: list[tuple[Request, int]]) -> float:
+    def _mixed_time(self, chunks: list[tuple[Request, int]]) -> float:
         prefill = 0
         pairs = 0.0
         for r, n in chunks:
             prefill += n
             pairs += n * r.prefill_pos + n * (n + 1) / 2  # causal: query q sees q+1 keys
-        context = sum(r.tokens for r in decoders)
         self.prefill_tokens += prefill
-        return self.model.iteration_time(len(decoders), context, prefill, pairs)
+        return self.model.iteration_time(self.decoders, self._context(), prefill, pairs)
 
-    def _finish_mixed(self, decoders: list[Request], chunks: list[tuple[Request, int]]) -> None:
+    def _finish_mixed(self, chunks: list[tuple[Request, int]]) -> None:
         self.iterations += 1
-        self._advance(decoders, 1)
+        self._advance(1)
+        finished_prefill = False
         for r, n in chunks:
             r.prefill_left -= n
             r.prefill_pos += n
             if r.prefill_left == 0:
-                r.decoding = True
+                finished_prefill = True
                 r.tokens += 1  # the prefill iteration samples the first token
                 r.remaining -= 1
+                self._start_decoding(r)
+        if finished_prefill:
+            self.prefilling = [r for r in self.prefilling if not r.decoding]
         self._retire()
 
     def _retire(self) -> None:
-        if not any(r.remaining <= 0 for r in self.running):
+        heap = self.finish
+        clock = self.clock
+        done: list[Request] = []
+        while heap and heap[0][0] <= clock:
+            _, _, epoch, r = heapq.heappop(heap)
+            if epoch == r.epoch:
+                done.append(r)
+        if not done:
             return
-        still: list[Request] = []
+        done.sort(key=lambda r: r.admitted)  # running order
         now = self.env.now
-        for r in self.running:
-            if r.remaining <= 0:
-                self._free(r, r.tokens - 1)
-                self.tracker.change(self.index, -1, now)
-                r.done.succeed(now)
-            else:
-                still.append(r)
-        self.running = still
+        for r in done:
+            self._stop_decoding(r)
+            self._free(r, r.tokens - 1)
+            self.tracker.change(self.index, -1, now)
+            r.done.succeed(now)
+        running = self.running
+        for r in done:
+            running.remove(r)  # identity match; done is a handful, running a few hundred
 
     def _decode_run(self) -> Generator[simpy.Event, Any, None]:
         env = self.env
         model = self.model
-        running = self.running  # all decoding: a run starts only when no prefill is pending
-        k = min([r.remaining for r in running])
-        if self._growth(running, k) > self.kv.available:
+        # Every running request decodes: a run starts only when no prefill is pending.
+        k = self._next_finish() - self.clock
+        if self._growth(k) > self.kv.available:
             k = self._largest_fitting_run(k)
-        batch = len(running)
+        batch = self.decoders
         slope = model.kv_read_s_per_token * batch  # each iteration adds B context tokens
-        first = model.iteration_time(batch, sum(r.tokens for r in running), 0, 0.0)
+        first = model.iteration_time(batch, self._context(), 0, 0.0)
 
         def elapsed(j: int) -> float:
             return j * first + slope * j * (j - 1) / 2
@@ -298,20 +388,13 @@ class Replica:
         else:
             yield env.timeout(elapsed(k))
         self.iterations += k
-        self._advance(running, k)
+        self._advance(k)
         self._retire()
 
-    def _advance(self, decoders: list[Request], k: int) -> None:
-        """``k`` decode iterations: each sequence samples ``k`` tokens and pins new blocks."""
-        bs = self.block
-        grown = 0
-        for r in decoders:
-            t = r.tokens
-            added = ((t - 1) % bs + k) // bs  # blocks crossed: see _growth
-            r.tokens = t + k
-            r.remaining -= k
-            r.own_blocks += added
-            grown += added
+    def _advance(self, k: int) -> None:
+        """``k`` decode iterations: each decoder samples ``k`` tokens and pins new blocks."""
+        grown = self._growth(k)
+        self.clock += k
         if grown:
             self.kv.grow(grown)
 
@@ -324,12 +407,15 @@ class Replica:
         ``o_(j)`` is the j-th largest offset. One always fits (see _make_room).
         """
         bs = self.block
-        running = self.running
-        n = len(running)
-        available = self.kv.available
-        q, leftover = divmod(available, n)
-        offsets = sorted([(r.tokens - 1) % bs for r in running], reverse=True)
-        best = q * bs + (bs - 1 - offsets[leftover])
+        n = self.decoders
+        q, leftover = divmod(self.kv.available, n)
+        seen = 0
+        offset = 0
+        for offset in range(bs - 1, -1, -1):  # offsets in decreasing order, by class
+            seen += self._count_at_offset(offset)
+            if seen > leftover:
+                break
+        best = q * bs + (bs - 1 - offset)
         return max(1, min(best, limit))
 
     @staticmethod

@@ -98,7 +98,7 @@ class _Step:
         env = self.env
         w = self.workload
         block = w.model.block_size
-        shared = plan.prompt_tokens // block
+        shared = plan.prompt_tokens // block if w.share_prompt_prefix else 0
         group_key = -1 - plan.group
         context = plan.prompt_tokens
         pending = [False]  # the previous turn's release has not reached the balancer yet

@@ -68,12 +68,24 @@ class Workload:
     tie_break: str = "draw"
     description: str = ""
     target_hit_rate: float | None = None  # the PR's baseline, for calibration reports
+    # verl's AgentLoopManager splits the batch into ``agent_workers`` contiguous chunks, one
+    # per AgentLoopWorker, and the workers' acquires reach the balancer interleaved. 1 keeps
+    # the plain prompt-major launch order.
+    agent_workers: int = 1
+    # Samples of one prompt share its full prompt blocks in a replica's prefix cache (GRPO's
+    # n samples of one prompt). False gives every trajectory a private prompt (ablation).
+    share_prompt_prefix: bool = True
 
     def __attrs_post_init__(self) -> None:
         _count("replicas", self.replicas)
         _count("prompts", self.prompts)
         _count("samples", self.samples)
         _count("max_context", self.max_context, 2)
+        _count("agent_workers", self.agent_workers)
+        if not isinstance(self.share_prompt_prefix, bool):
+            raise ValueError(
+                f"share_prompt_prefix must be true or false, got {self.share_prompt_prefix!r}"
+            )
         _non_negative("acquire_latency_s", self.acquire_latency_s)
         _non_negative("release_delay_s", self.release_delay_s)
         if self.tie_break not in ("first", "draw", "hashed"):
@@ -109,6 +121,8 @@ class Workload:
             "release_delay_s": self.release_delay_s,
             "tie_break": self.tie_break,
             "target_hit_rate": self.target_hit_rate,
+            "agent_workers": self.agent_workers,
+            "share_prompt_prefix": self.share_prompt_prefix,
             "model": attrs.asdict(self.model),
         }
 
@@ -161,7 +175,20 @@ def plan_step(workload: Workload, seed: int) -> list[TrajectoryPlan]:
                 TrajectoryPlan(len(plans), group, request_id, prompt, tuple(outputs),
                                tuple(tools), tuple(latencies))
             )
-    return plans
+    return _interleave(plans, workload.agent_workers)
+
+
+def _interleave(plans: list[TrajectoryPlan], workers: int) -> list[TrajectoryPlan]:
+    """Launch order of ``workers`` agent-loop workers, each given a contiguous chunk.
+
+    Each worker starts its chunk's trajectories in order; the balancer sees one from each
+    worker in turn (the trajectories and their draws are unchanged, only the order).
+    """
+    if workers <= 1:
+        return plans
+    size = -(-len(plans) // workers)
+    chunks = [plans[i:i + size] for i in range(0, len(plans), size)]
+    return [c[k] for k in range(size) for c in chunks if k < len(c)]
 
 
 def plan_summary(plans: list[TrajectoryPlan]) -> dict[str, float]:

@@ -91,15 +91,15 @@ def test_closed_form_decode_run_matches_brute_force(seed: int) -> None:
     replica = Replica(env, 0, model(kv_capacity_tokens=16 * 400), QueueTracker(1))
     for traj in range(rng.randint(1, 9)):
         request = Request(env, traj, -1 - traj, 0, rng.randint(1, 200), 10_000)
-        request.decoding = True
         request.own_blocks = -(-request.tokens // BLOCK)
         replica.running.append(request)
+        replica._start_decoding(request)
         replica.kv.pinned += request.own_blocks
     replica.kv.pinned = min(replica.kv.pinned, replica.kv.capacity - len(replica.running))
     limit = rng.choice([5, 50, 10_000])
     got = replica._largest_fitting_run(limit)
     available = replica.kv.available
     brute = 1
-    while brute < limit and replica._growth(replica.running, brute + 1) <= available:
+    while brute < limit and replica._growth(brute + 1) <= available:
         brute += 1
     assert got == brute
