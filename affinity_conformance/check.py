@@ -17,10 +17,13 @@ Theory of operation
    as a vector file whose expectations come from the core, so it can be replayed and
    added to the regressions.
 
-A suite's verdict is ``fail`` if any case or trace failed, ``pass`` if at least one ran
-and none failed, ``unsupported`` if nothing could run. Python's global ``random`` (which
-verl 0.9.1 uses for ties) is seeded per case from ``seed`` and restored afterwards, so a
-run is reproducible.
+A suite's or a level's verdict is ``fail`` if any case or trace failed, ``pass`` if at
+least one ran and none failed, ``unsupported`` if nothing could run. The overall verdict
+is ``pass`` iff every *claimed* level passes (:mod:`affinity_conformance.levels`).
+:class:`Checker` runs one case or one trace at a time, so the pytest plugin
+(:mod:`affinity_conformance.pytest_plugin`) reports the same diagnoses test by test.
+Python's global ``random`` (which verl 0.9.1 uses for ties) is seeded per case from
+``seed`` and restored afterwards, so a run is reproducible.
 """
 
 from __future__ import annotations
@@ -38,11 +41,13 @@ from affinity_core import Config, Event, initial_state
 
 from .diagnosis import describe_event
 from .impl_loader import Impl, load_impl
+from .levels import LevelResult, check_claims, default_claims, family_levels
 from .lockstep import Divergence, Lockstep, impl_tie_option, oracle_config
 from .scenario import Scenario, features_of
 from .shipped import shipped_vectors
 from .trace_gen import FAMILIES, Family, SplitMix64, random_trace
 from .vector_format import (
+    LEVELS,
     MANIFEST_NAME,
     SUITES,
     Case,
@@ -57,8 +62,8 @@ from .vector_format import (
     vector_files,
 )
 
-__all__ = ["DEFAULT_VECTORS", "CheckReport", "Failure", "SuiteResult", "load_vectors",
-           "run_check", "shrink"]
+__all__ = ["DEFAULT_VECTORS", "CaseResult", "CheckReport", "Checker", "Failure", "SuiteResult",
+           "load_vectors", "run_check", "shrink"]
 
 DEFAULT_VECTORS = shipped_vectors()  # spec/vectors/, as shipped in the package
 TRACE_LENGTH = 40
@@ -109,17 +114,25 @@ class CheckReport:
     seed: int
     vectors_dir: str
     suites: dict[str, SuiteResult]
+    levels: dict[str, LevelResult] = attrs.field(factory=dict)
+    claimed: list[str] = attrs.field(factory=list)
     seconds: float = 0.0
 
     @property
     def verdict(self) -> str:
-        return "fail" if any(s.verdict == "fail" for s in self.suites.values()) else "pass"
+        """``pass`` iff every claimed level passes (affinity_conformance.levels)."""
+        return "pass" if all(self.level(c).verdict == "pass" for c in self.claimed) else "fail"
+
+    def level(self, name: str) -> LevelResult:
+        return self.levels.get(name) or LevelResult(name)
 
     def to_json(self) -> dict[str, Any]:
         return {
             "impl": self.impl, "constructor": self.convention, "features": self.features,
             "tie_break": self.tie_mode, "budget": self.budget, "seed": self.seed,
             "vectors": self.vectors_dir, "verdict": self.verdict, "seconds": round(self.seconds, 2),
+            "claimed_levels": self.claimed,
+            "levels": {name: r.to_json() for name, r in self.levels.items()},
             "suites": {name: {
                 "verdict": r.verdict, "passed": r.passed, "failed": r.failed,
                 "unsupported": r.unsupported, "traces_passed": r.traces_passed,
@@ -194,13 +207,70 @@ def shrink(events: Sequence[Event], fails: Callable[[Sequence[Event]], bool],
     return current
 
 
-class _Runner:
-    """Runs traces against the implementation; shrinks and records failures."""
+@attrs.frozen
+class CaseResult:
+    """The result of one vector or one generated trace."""
 
-    def __init__(self, impl: Impl, tie_mode: str, seed: int, out_dir: Path | None) -> None:
+    verdict: str  # "pass" | "fail" | "unsupported"
+    failure: Failure | None = None
+    missing: frozenset[str] = frozenset()
+    random_ties: int = 0
+
+
+class Checker:
+    """Runs vectors and generated traces against one implementation; shrinks failures."""
+
+    def __init__(self, impl: Impl, tie_mode: str = "any", seed: int = 1,
+                 out_dir: Path | None = None, trace_length: int = TRACE_LENGTH) -> None:
         self.impl, self.tie_mode, self.seed, self.out_dir = impl, tie_mode, seed, out_dir
+        self.trace_length = trace_length
         self.written = 0
 
+    # ------------------------------------------------------------- one unit
+    def case(self, case: Case) -> CaseResult:
+        """Replay one vector (seeding Python's ``random`` and restoring it afterwards)."""
+        missing = frozenset(set(case.features) - self.impl.features)
+        if missing:
+            return CaseResult("unsupported", missing=missing)
+        saved = random.getstate()
+        try:
+            if not case.valid:
+                return self._rejection(case)
+            if not _fresh(case):
+                return CaseResult("unsupported", missing=frozenset({"initial state injection"}))
+            assert case.config is not None
+            origin = f"vector {case.suite}/{case.name}.json"
+            events = _events(case)
+            divergence, lockstep = self.run(case.config, case.server_ids, events, origin)
+            ties = lockstep.random_ties if lockstep is not None else 0
+            if divergence is None:
+                return CaseResult("pass", random_ties=ties)
+            return CaseResult("fail", self.failure(case.suite, case.config, case.server_ids,
+                                                   events, origin, divergence))
+        finally:
+            random.setstate(saved)
+
+    def families(self, suites: Sequence[str] | None = None) -> list[Family]:
+        """The trace families the implementation supports (in the given suites)."""
+        return [f for f in FAMILIES if (suites is None or f.suite in suites)
+                and _family_features(f) <= self.impl.features]
+
+    def trace(self, family: Family, trace_seed: int) -> CaseResult:
+        """One generated trace of ``family`` from SplitMix64 seed ``trace_seed``."""
+        events = random_trace(family, SplitMix64(trace_seed), self.trace_length)
+        origin = f"trace {family.name} seed {trace_seed}"
+        config, servers = family.config(), list(family.servers)
+        saved = random.getstate()
+        try:
+            divergence, lockstep = self.run(config, servers, events, origin)
+            if divergence is None:
+                return CaseResult("pass", random_ties=lockstep.random_ties if lockstep else 0)
+            return CaseResult("fail", self.failure(family.suite, config, servers, events,
+                                                   origin, divergence))
+        finally:
+            random.setstate(saved)
+
+    # ------------------------------------------------------------- machinery
     def run(self, config: Config, servers: list[str], events: Sequence[Event],
             origin: str) -> tuple[Divergence | None, Lockstep | None]:
         random.seed(f"{self.seed}:{origin}")
@@ -246,6 +316,23 @@ class _Runner:
         path.write_text(case_text(seal(run.build())), encoding="utf-8")
         return str(path)
 
+    def _rejection(self, case: Case) -> CaseResult:
+        options = _rejection_options(self.impl, case.raw_config)
+        if options is None:
+            return CaseResult("unsupported", missing=frozenset({"gate as one object"}))
+        try:
+            self.impl.build(case.server_ids, options)
+        except Exception:
+            return CaseResult("pass")
+        assert case.error is not None
+        what = (f"configuration {json.dumps(case.raw_config)}" if case.error["stage"] == "config"
+                else f"server list {case.server_ids!r}")
+        words = (f"the constructor accepted the {what}; the spec refuses it, naming "
+                 f"{case.error['key']!r}")
+        return CaseResult("fail", Failure(
+            case.suite, f"vector {case.suite}/{case.name}.json",
+            Divergence(-1, "construction", words, case.requirements, ()), (), 0, case.path))
+
 
 def _rejection_options(impl: Impl, raw: dict[str, Any]) -> dict[str, Any] | None:
     options: dict[str, Any] = {}
@@ -264,27 +351,6 @@ def _rejection_options(impl: Impl, raw: dict[str, Any]) -> dict[str, Any] | None
     return options
 
 
-def _check_rejection(impl: Impl, case: Case, result: SuiteResult) -> None:
-    options = _rejection_options(impl, case.raw_config)
-    if options is None:
-        result.unsupported += 1
-        return
-    try:
-        impl.build(case.server_ids, options)
-    except Exception:
-        result.passed += 1
-        return
-    assert case.error is not None
-    what = (f"configuration {json.dumps(case.raw_config)}" if case.error["stage"] == "config"
-            else f"server list {case.server_ids!r}")
-    words = (f"the constructor accepted the {what}; the spec refuses it, naming "
-             f"{case.error['key']!r}")
-    result.failed += 1
-    result.failures.append(Failure(case.suite, f"vector {case.suite}/{case.name}.json",
-                                   Divergence(-1, "construction", words, case.requirements, ()),
-                                   (), 0, case.path))
-
-
 def _family_features(family: Family) -> set[str]:
     needed = set(features_of(family.config(), [], []))
     if family.unkeyed_percent:
@@ -294,69 +360,60 @@ def _family_features(family: Family) -> set[str]:
     return needed
 
 
+def trace_plan(families: Sequence[Family], budget: int, seed: int) -> list[tuple[Family, int]]:
+    """``budget`` (family, seed) pairs: families round robin, seeds ``seed, seed + 1, ...``."""
+    return [(families[i % len(families)], seed + i) for i in range(budget if families else 0)]
+
+
+def _tally(suite: SuiteResult, levels: dict[str, LevelResult], names: Sequence[str],
+           result: CaseResult, trace: bool) -> None:
+    targets: list[SuiteResult | LevelResult] = [suite]
+    targets += [levels.setdefault(n, LevelResult(n)) for n in names]
+    for target in targets:
+        if result.verdict == "unsupported":
+            target.unsupported += 1
+            target.missing |= result.missing
+        elif trace:
+            target.traces_passed += result.verdict == "pass"
+            target.traces_failed += result.verdict == "fail"
+        else:
+            target.passed += result.verdict == "pass"
+            target.failed += result.verdict == "fail"
+        if isinstance(target, LevelResult):
+            target.random_ties += result.random_ties
+    if result.failure is not None:
+        suite.failures.append(result.failure)
+
+
 def run_check(spec: str, *, vectors_dir: Path = DEFAULT_VECTORS, tie_mode: str = "any",
               budget: int = 200, seed: int = 1, ctor: str = "auto",
               out_dir: Path | None = None, trace_length: int = TRACE_LENGTH,
-              suites: Sequence[str] | None = None) -> CheckReport:
-    """Check ``spec`` (``module:Class``); see the module docstring."""
+              suites: Sequence[str] | None = None,
+              levels: Sequence[str] | None = None) -> CheckReport:
+    """Check ``spec`` (``module:Class``); see the module docstring. ``levels`` are the
+    claimed levels (default: core and every supported feature level that ran)."""
     started = time.monotonic()
+    claimed = check_claims(levels) if levels else None
     impl = load_impl(spec, ctor)
     cases = load_vectors(vectors_dir)
     wanted = set(suites) if suites else None
     results = {s: SuiteResult(s) for s in SUITES if wanted is None or s in wanted}
-    runner = _Runner(impl, tie_mode, seed, out_dir)
-    saved = random.getstate()
-    try:
-        for case in cases:
-            result = results.get(case.suite)
-            if result is None:
-                continue
-            missing = set(case.features) - impl.features
-            if missing:
-                result.unsupported += 1
-                result.missing |= missing
-            elif not case.valid:
-                _check_rejection(impl, case, result)
-            elif not _fresh(case):
-                result.unsupported += 1
-                result.missing.add("initial state injection")
-            else:
-                _run_case(runner, case, result)
-        families = [f for f in FAMILIES if f.suite in results
-                    and _family_features(f) <= impl.features]
-        failed_families: set[str] = set()
-        for i in range(budget if families else 0):
-            family = families[i % len(families)]
-            if family.name in failed_families:
-                continue
-            trace_seed = seed + i
-            events = random_trace(family, SplitMix64(trace_seed), trace_length)
-            origin = f"trace {family.name} seed {trace_seed}"
-            config, servers = family.config(), list(family.servers)
-            divergence, _ = runner.run(config, servers, events, origin)
-            result = results[family.suite]
-            if divergence is None:
-                result.traces_passed += 1
-                continue
+    by_level: dict[str, LevelResult] = {}
+    checker = Checker(impl, tie_mode, seed, out_dir, trace_length)
+    for case in cases:
+        if case.suite in results:
+            _tally(results[case.suite], by_level, case.levels, checker.case(case), trace=False)
+    failed_families: set[str] = set()
+    for family, trace_seed in trace_plan(checker.families(list(results)), budget, seed):
+        if family.name in failed_families:  # one failure per family is enough
+            continue
+        result = checker.trace(family, trace_seed)
+        if result.verdict == "fail":
             failed_families.add(family.name)
-            result.traces_failed += 1
-            result.failures.append(runner.failure(family.suite, config, servers, events,
-                                                  origin, divergence))
-    finally:
-        random.setstate(saved)
+        _tally(results[family.suite], by_level, family_levels(_family_features(family)),
+               result, trace=True)
+    ordered = {name: by_level[name] for name in LEVELS if name in by_level}
     return CheckReport(spec, impl.convention, sorted(impl.features), tie_mode, budget, seed,
-                       str(vectors_dir), results, time.monotonic() - started)
-
-
-def _run_case(runner: _Runner, case: Case, result: SuiteResult) -> None:
-    assert case.config is not None
-    origin = f"vector {case.suite}/{case.name}.json"
-    events = _events(case)
-    divergence, _ = runner.run(case.config, case.server_ids, events, origin)
-    if divergence is None:
-        result.passed += 1
-        return
-    result.failed += 1
-    result.failures.append(runner.failure(case.suite, case.config, case.server_ids, events,
-                                          origin, divergence))
-
+                       str(vectors_dir), results, ordered,
+                       claimed if claimed is not None else default_claims(ordered, impl.features),
+                       time.monotonic() - started)

@@ -1,7 +1,12 @@
 """``affinity check IMPL``: is this balancer class a conforming implementation?
 
-Exit status: 0 every suite passes or is unsupported, 1 some suite fails, 2 bad input
-(IMPL, vectors or options), with a one-line message and no traceback.
+The report gives one verdict per conformance level (core, the feature levels,
+strict-config; :mod:`affinity_conformance.levels`), then the per-suite detail and each
+failure's shrunk diagnosis.
+
+Exit status: 0 every claimed level passes (``--level``, by default core and the supported
+feature levels), 1 a claimed level fails or is unsupported, 2 bad input (IMPL, vectors or
+options), with a one-line message and no traceback.
 """
 
 from __future__ import annotations
@@ -14,6 +19,7 @@ from pathlib import Path
 
 from .check import DEFAULT_VECTORS, TRACE_LENGTH, CheckReport, run_check
 from .impl_loader import CONVENTIONS, ImplError
+from .levels import LEVELS, STRICT_CONFIG, level_words
 from .vector_format import SUITES, VectorError
 
 __all__ = ["FAILURES_SHOWN", "register", "render"]
@@ -49,6 +55,12 @@ def register(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", type=Path, default=None, metavar="DIR",
                         help="where minimal failing traces are written as vectors (default: a "
                              "fresh temporary folder, printed when something is written)")
+    parser.add_argument("--level", action="append", choices=LEVELS, metavar="LEVEL",
+                        help="claim this conformance level (repeatable; one of "
+                             f"{', '.join(LEVELS)}); the exit status is 0 iff every claimed "
+                             "level passes. Default: core and every feature level the class "
+                             f"supports; {STRICT_CONFIG} (the spec's extra refusals, SPEC "
+                             "§18) is reported but claimed only when named")
     parser.add_argument("--json", action="store_true", help="print the report as JSON")
     parser.set_defaults(run=run)
 
@@ -76,7 +88,8 @@ def run(args: argparse.Namespace) -> int:
     try:
         report = run_check(args.impl, vectors_dir=args.vectors, tie_mode=args.tie_break,
                            budget=args.budget, seed=args.seed, ctor=args.ctor,
-                           out_dir=out, trace_length=args.length, suites=args.suite)
+                           out_dir=out, trace_length=args.length, suites=args.suite,
+                           levels=args.level)
     except (ImplError, VectorError) as exc:
         print(f"affinity check: {exc}", file=sys.stderr)
         return 2
@@ -87,6 +100,9 @@ def run(args: argparse.Namespace) -> int:
         print(json.dumps(report.to_json(), indent=2, sort_keys=True))
     else:
         print(render(report))
+        if out.is_dir():
+            print(f"minimal failing traces written as vectors to {out}"
+                  + (" (a fresh temporary folder; --out DIR to choose)" if fresh else ""))
     return 1 if report.verdict == "fail" else 0
 
 
@@ -97,6 +113,17 @@ def render(report: CheckReport) -> str:
         f"  constructor: {report.convention}; features: {', '.join(report.features) or 'none'}",
         f"  tie-break: {report.tie_mode}; vectors: {report.vectors_dir}; generated traces: "
         f"{report.budget} (seed {report.seed})",
+        "",
+        f"  {'level':<18}{'claimed':<9}{'vectors p/f/u':<16}{'traces p/f':<13}verdict",
+    ]
+    for name, level in report.levels.items():
+        cases = f"{level.passed}/{level.failed}/{level.unsupported}"
+        traces = (f"{level.traces_passed}/{level.traces_failed}"
+                  if level.traces_passed or level.traces_failed else "-")
+        claimed = "yes" if name in report.claimed else "no"
+        lines.append(f"  {name:<18}{claimed:<9}{cases:<16}{traces:<13}"
+                     f"{level_words(level, report.tie_mode)}")
+    lines += [
         "",
         f"  {'suite':<16}{'verdict':<13}{'vectors p/f/u':<16}{'traces p/f':<13}"
         "unsupported: needs",
@@ -124,7 +151,18 @@ def render(report: CheckReport) -> str:
         hidden = len(r.failures) - FAILURES_SHOWN
         if hidden > 0:
             lines += ["", f"... and {hidden} more {r.suite} failures (--json lists all)"]
-    failing = [n for n, r in report.suites.items() if r.verdict == "fail"]
-    lines += ["", f"verdict: {'FAIL (' + ', '.join(failing) + ')' if failing else 'pass'} "
-                  f"in {report.seconds:.1f}s"]
+    lines += ["", _verdict_line(report)]
     return "\n".join(lines)
+
+
+def _verdict_line(report: CheckReport) -> str:
+    """E.g. ``verdict: pass -- core: pass (random ties); strict-config (not claimed): 6
+    deviations (SPEC §18)``."""
+    words = [f"{name}: {level_words(report.level(name), report.tie_mode)}"
+             for name in report.claimed]
+    unclaimed = [f"{name} (not claimed): {level_words(r, report.tie_mode)}"
+                 for name, r in report.levels.items()
+                 if name not in report.claimed and r.verdict == "fail"]
+    head = "pass" if report.verdict == "pass" else "FAIL"
+    return (f"verdict: {head} -- " + "; ".join(words + unclaimed)
+            + f" (in {report.seconds:.1f}s)")

@@ -127,6 +127,7 @@ class Lockstep:
         self._descriptions: list[str] = []
         self._evicted: dict[str, tuple[int, str]] = {}
         self._pre: State = self.state  # the state before the current event
+        self.random_ties = 0  # acquires where IMPL took another allowed server (fed back)
 
     def _divergence(self, words: str, reqs: Sequence[str]) -> Divergence:
         index = len(self._descriptions) - 1
@@ -194,6 +195,7 @@ class Lockstep:
                 words += f" (IMPL raised {type(raised).__name__}: {raised})"
             return self._divergence(words, reqs)
         if not exact:
+            self.random_ties += chosen != reference
             event = _with_choice(config, pre, event, str(chosen))
         t = step(config, pre, event)
         return self._advance(event, t.state, t.outcome)

@@ -51,9 +51,11 @@ __all__ = [
     "CHECK_FIELDS",
     "FEATURES",
     "GENERATOR",
+    "LEVELS",
     "MANIFEST_FORMAT",
     "MANIFEST_NAME",
     "SOURCES",
+    "STRICT_CONFIG",
     "SUITES",
     "VECTOR_FORMAT",
     "Case",
@@ -63,6 +65,7 @@ __all__ = [
     "case_digest",
     "case_text",
     "file_digest",
+    "levels_of",
     "load_case",
     "load_manifest",
     "parse_case",
@@ -99,6 +102,15 @@ FEATURES: tuple[str, ...] = (
                          # request_hash, duplicate server ids): not checkable through verl's API
 )
 
+# Conformance levels (spec/vectors/README.md, "Condition: levels"). Every case declares the
+# levels it counts toward: "core" (verl's semantics through verl's API: routing decisions,
+# status, rejections), the feature levels (one per name in FEATURES: the case needs that
+# option or event), and "strict-config" (the spec's construction-time refusals, several of
+# which verl does not make: SPEC section 18). A consumer reports a verdict per level, as the
+# JSON Schema test suite keeps its required and optional/ tests apart.
+STRICT_CONFIG = "strict-config"
+LEVELS: tuple[str, ...] = ("core", *FEATURES, STRICT_CONFIG)
+
 CHECK_FIELDS = ("servers", "lru", "affinity_kept", "affinity_broken", "external", "status")
 
 
@@ -113,9 +125,19 @@ def case_digest(case: Mapping[str, Any]) -> str:
     return hashlib.sha256(canonical_dumps(body).encode("utf-8")).hexdigest()
 
 
+def levels_of(case: Mapping[str, Any]) -> list[str]:
+    """The levels a case counts toward: a construction rejection is ``strict-config``; any
+    other case is in the levels of its ``features``, or in ``core`` when it needs none."""
+    if case.get("valid", True) is False:
+        return [STRICT_CONFIG]
+    features = [f for f in FEATURES if f in case.get("features", [])]
+    return features or ["core"]
+
+
 def seal(case: Mapping[str, Any]) -> dict[str, Any]:
-    """The case with ``_info`` (generator and digest) filled in."""
+    """The case with ``levels`` (when not given) and ``_info`` (generator, digest) filled in."""
     body = {k: v for k, v in case.items() if k != "_info"}
+    body.setdefault("levels", levels_of(body))
     return {**body, "_info": {"generator": GENERATOR, "sha256": case_digest(body)}}
 
 
@@ -168,6 +190,7 @@ class Case:
     error: dict[str, Any] | None
     steps: tuple[Step, ...]
     data: dict[str, Any]
+    levels: tuple[str, ...] = ("core",)
 
     @property
     def server_ids(self) -> list[str]:
@@ -223,6 +246,9 @@ def parse_case(data: Any, path: str = "<vector>") -> Case:
     valid = data.get("valid", True)
     if not isinstance(valid, bool):
         raise at.fail("valid", f"expected true or false, got {valid!r}")
+    levels = _str_list(data.get("levels", levels_of(data)), at, "levels")
+    if not levels or set(levels) - set(LEVELS):
+        raise at.fail("levels", f"expected a non-empty list of {list(LEVELS)}, got {list(levels)}")
     raw_config = _require(data, "config", dict, at, "case")
     raw_state = _require(data, "initial_state", dict, at, "case")
     error = data.get("error")
@@ -237,7 +263,7 @@ def parse_case(data: Any, path: str = "<vector>") -> Case:
             raise at.fail("steps", "a construction rejection has no steps")
         return Case(path, suite, name, str(data.get("description", "")), source,
                     requirements, features, raw_config, raw_state, None, None, False, error,
-                    (), data)
+                    (), data, levels)
     try:
         config = config_from_json(raw_config)
     except CodecError as exc:
@@ -249,7 +275,7 @@ def parse_case(data: Any, path: str = "<vector>") -> Case:
     steps_raw = _require(data, "steps", list, at, "case")
     steps = tuple(_parse_step(raw, i, at) for i, raw in enumerate(steps_raw))
     return Case(path, suite, name, str(data.get("description", "")), source, requirements,
-                features, raw_config, raw_state, config, state, True, None, steps, data)
+                features, raw_config, raw_state, config, state, True, None, steps, data, levels)
 
 
 def _parse_step(raw: Any, index: int, at: _Where) -> Step:
