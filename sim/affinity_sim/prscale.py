@@ -33,7 +33,10 @@ Sources and a-priori assumptions (sim/README.md, "PR scale", repeats them with r
   every turn is a fresh vLLM request whose blocks return to the prefix cache when it
   ends. ``max_cache_size`` 10,000 >= 8,192, so no sticky entry is evicted in a step.
 * **Launch order** -- 8 agent-loop workers (verl's default ``agent.num_workers``), each
-  with a contiguous 1,024-trajectory chunk; their acquires interleave.
+  with a contiguous 1,024-trajectory chunk; their acquires interleave at random.
+* **Ties** -- PR #7435's balancer resolves tied minima to the first registered replica,
+  for new placements and re-pins alike (it predates verl's random ties, #7613), and both
+  arms of its A/B ran its code: ``tie_break = "first"``.
 * **GRPO sharing** -- the 16 samples of a prompt share its prompt blocks in a replica's
   prefix cache.
 * **Output lengths** -- lognormal, sigma 0.8, median set per row by the context (above).
@@ -116,6 +119,7 @@ def _workload(name: str, description: str, output_median: float, max_context: in
         max_context=max_context,
         model=replica_model(utilization),
         agent_workers=AGENT_WORKERS,
+        tie_break="first",
         target_hit_rate=target,
     )
 
@@ -140,16 +144,18 @@ def _ablate(w: Workload, feature: str) -> Workload:
         return attrs.evolve(w, model=attrs.evolve(w.model, max_num_seqs=1024))
     if feature == "pool-0.9":
         return attrs.evolve(w, model=replica_model(RETOOL_UTILIZATION))
+    if feature == "ties-draw":
+        return attrs.evolve(w, tie_break="draw")
     if feature == "small-step":
         return attrs.evolve(w, prompts=32)
-    if feature == "single-turn-tools-off":
+    if feature == "single-turn":
         return attrs.evolve(w, turns=parse("turns", {"dist": "constant", "value": 1}))
     raise ValueError(f"unknown ablation {feature!r}; accepted: {', '.join(ABLATIONS)}")
 
 
 # Each removes one modelled feature (or replaces an a-priori choice by its alternative).
-ABLATIONS = ("no-prefix-sharing", "no-worker-interleave", "max-seqs-1024", "pool-0.9",
-             "small-step")
+ABLATIONS = ("no-prefix-sharing", "no-worker-interleave", "ties-draw", "max-seqs-1024",
+             "pool-0.9", "small-step", "single-turn")
 
 
 def ablation_sweep() -> Sweep:

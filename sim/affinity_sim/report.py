@@ -77,7 +77,8 @@ def _comparison(sweep: Sweep, summaries: Sequence[PolicySummary]) -> Table:
     by_key = {(s.workload, s.policy): s for s in summaries}
     table = Table(title="PR #7435's table next to the simulation", title_justify="left")
     for header in ("workload", "PR context", "PR baseline hit", "sim baseline hit",
-                   "PR margin 2", "sim margin 2", "sim p", "sim #6533 abs 4 / 8 / 64"):
+                   "PR margin 2", "sim margin 2 [95% CI]", "sim − PR", "sim p",
+                   "sim #6533 abs 4 / 8 / 64"):
         table.add_column(header, justify="left" if header == "workload" else "right")
     for workload in sweep.workloads:
         ref = sweep.reference_for(workload.name)
@@ -90,7 +91,10 @@ def _comparison(sweep: Sweep, summaries: Sequence[PolicySummary]) -> Table:
             _pct(ref["hit_rate"], signed=False) if "hit_rate" in ref else "",
             _pct(base.prefix_hit_rate, signed=False) if base else "",
             _pct(ref["change"]) if "change" in ref else "",
-            _pct(margin.median_change) if margin else "",
+            f"{_pct(margin.median_change)} [{_pct(margin.ci_low)}, {_pct(margin.ci_high)}]"
+            if margin and margin.p_value is not None else "",
+            f"{(margin.median_change - ref['change']) * 100:+.1f} pt"
+            if margin and "change" in ref else "",
             _p(margin.p_value) if margin else "",
             " / ".join(_pct(g.median_change) if g else "—" for g in gates),
         )

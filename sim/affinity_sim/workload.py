@@ -175,20 +175,25 @@ def plan_step(workload: Workload, seed: int) -> list[TrajectoryPlan]:
                 TrajectoryPlan(len(plans), group, request_id, prompt, tuple(outputs),
                                tuple(tools), tuple(latencies))
             )
-    return _interleave(plans, workload.agent_workers)
+    return _interleave(plans, workload.agent_workers, random.Random(f"launch:{seed}"))
 
 
-def _interleave(plans: list[TrajectoryPlan], workers: int) -> list[TrajectoryPlan]:
+def _interleave(plans: list[TrajectoryPlan], workers: int,
+                rng: random.Random) -> list[TrajectoryPlan]:
     """Launch order of ``workers`` agent-loop workers, each given a contiguous chunk.
 
-    Each worker starts its chunk's trajectories in order; the balancer sees one from each
-    worker in turn (the trajectories and their draws are unchanged, only the order).
+    Each worker starts its chunk's trajectories in order; the workers' acquires reach the
+    balancer in a uniformly random interleaving (their own RNG, so the trajectories and
+    their draws are unchanged -- only the order is).
     """
     if workers <= 1:
         return plans
     size = -(-len(plans) // workers)
-    chunks = [plans[i:i + size] for i in range(0, len(plans), size)]
-    return [c[k] for k in range(size) for c in chunks if k < len(c)]
+    chunks = [iter(plans[i:i + size]) for i in range(0, len(plans), size)]
+    turns = [c for c, chunk in enumerate(range(0, len(plans), size))
+             for _ in range(min(size, len(plans) - chunk))]
+    rng.shuffle(turns)
+    return [next(chunks[c]) for c in turns]
 
 
 def plan_summary(plans: list[TrajectoryPlan]) -> dict[str, float]:
