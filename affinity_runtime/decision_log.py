@@ -253,8 +253,8 @@ class DecisionLogWriter:
                 return False
             at_path = os.stat(self.path)
         except FileNotFoundError:
-            self._failed("moved", f"decision log {self.path} was renamed away while being "
-                         "written")
+            self._failed("moved", f"decision log {self.path} was moved away (renamed) "
+                         "while being written")
             return False
         except OSError as exc:
             self._failed("write", f"cannot check decision log {self.path}: {exc}")
