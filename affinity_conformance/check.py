@@ -85,6 +85,19 @@ class Failure:
                 "context": list(self.divergence.context), "minimal_trace": list(self.trace),
                 "original_length": self.original_length, "vector": self.vector_path}
 
+    def render(self) -> list[str]:
+        """The diagnosis in words: origin, minimal trace, first divergence, vector file."""
+        d = self.divergence
+        lines = [f"FAIL {self.suite}: {self.origin}"]
+        if self.trace:
+            lines.append(f"  minimal trace ({len(self.trace)} of {self.original_length} "
+                         f"events): {'; '.join(self.trace)}")
+        where = d.render() if d.index >= 0 else f"{d.words} [{', '.join(d.requirements)}]"
+        lines.append(f"  first divergence: {where}")
+        if self.vector_path:
+            lines.append(f"  as a vector: {self.vector_path}")
+        return lines
+
 
 @attrs.define
 class SuiteResult:
@@ -254,6 +267,11 @@ class Checker:
         """The trace families the implementation supports (in the given suites)."""
         return [f for f in FAMILIES if (suites is None or f.suite in suites)
                 and _family_features(f) <= self.impl.features]
+
+    @staticmethod
+    def family_levels(family: Family) -> list[str]:
+        """The conformance levels a generated trace of ``family`` counts toward."""
+        return family_levels(_family_features(family))
 
     def trace(self, family: Family, trace_seed: int) -> CaseResult:
         """One generated trace of ``family`` from SplitMix64 seed ``trace_seed``."""

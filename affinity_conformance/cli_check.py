@@ -139,15 +139,7 @@ def render(report: CheckReport) -> str:
         lines.append(f"  {name:<16}{verdict:<13}{cases:<16}{traces:<13}{needs}".rstrip())
     for r in report.suites.values():
         for failure in r.failures[:FAILURES_SHOWN]:
-            d = failure.divergence
-            lines += ["", f"FAIL {failure.suite}: {failure.origin}"]
-            if failure.trace:
-                lines.append(f"  minimal trace ({len(failure.trace)} of "
-                             f"{failure.original_length} events): {'; '.join(failure.trace)}")
-            where = d.render() if d.index >= 0 else f"{d.words} [{', '.join(d.requirements)}]"
-            lines.append(f"  first divergence: {where}")
-            if failure.vector_path:
-                lines.append(f"  as a vector: {failure.vector_path}")
+            lines += ["", *failure.render()]
         hidden = len(r.failures) - FAILURES_SHOWN
         if hidden > 0:
             lines += ["", f"... and {hidden} more {r.suite} failures (--json lists all)"]
