@@ -26,8 +26,15 @@ Outcome mapping keeps verl's error contract: ``Rejected(no_servers)`` becomes
 id, a non-mapping ``servers``) raise ``ValueError`` / ``TypeError`` naming the value.
 
 With ``decision_log`` set, every applied event is appended to an NDJSON decision log
-(:class:`affinity_conformance.decision_log.DecisionLogWriter`) that ``affinity replay``
-checks against the core: one flushed line per event, size-capped with rotation.
+(:class:`affinity_runtime.decision_log.DecisionLogWriter`) that ``affinity replay``
+checks against the core: one written line per event, size-capped with rotation. The
+writer locks the path at construction, so a second balancer on the same path fails
+there (``DecisionLogLocked``, an ``OSError`` naming the path and the holder's PID) and
+changes nothing. A write failure or the log deleted underneath is reported in
+``get_status()`` (``decision_log_ok``, ``decision_log_errors``) and the actor's log, and
+routing goes on; with ``decision_log_required`` an acquire is refused instead
+(``RuntimeError`` naming the log's problem), and an acquire whose record failed is
+undone, so every server handed out is in the log.
 """
 
 from __future__ import annotations
@@ -35,7 +42,7 @@ from __future__ import annotations
 import os
 import random
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import Any, NoReturn
 
 from affinity_core import (
     NO_SERVERS_MESSAGE,
@@ -113,16 +120,29 @@ class AffinityLoadBalancer:
                 max_bytes=parsed.decision_log_max_bytes,
                 backups=parsed.decision_log_backups,
             )
-            self._log.start(self._config, self._state)
+            self._log.start(self._config, self._state)  # locks; DecisionLogLocked if held
 
     # ------------------------------------------------------------------ internals
     def _apply(self, event: Event) -> Outcome:
+        log = self._log
+        required = log is not None and self._options.decision_log_required and isinstance(
+            event, Acquire)
+        if required and log is not None and not log.ready(self._config, self._state):
+            self._refuse_unlogged(log)
         before = self._state
         transition = step(self._config, before, event)
         self._state = transition.state
-        if self._log is not None:
-            self._log.record(self._config, before, event, transition.outcome, transition.state)
+        if log is not None and not log.record(
+                self._config, before, event, transition.outcome, transition.state
+        ) and required:
+            self._state = before  # the acquire the log did not take never happened
+            self._refuse_unlogged(log)
         return transition.outcome
+
+    @staticmethod
+    def _refuse_unlogged(log: DecisionLogWriter) -> NoReturn:
+        raise RuntimeError(f"decision log unavailable ({log.problem}); "
+                           "decision_log_required refuses to route without it")
 
     def _tie_draw(self, request_id: str | None) -> int:
         """The draw for ``tie_break="draw"`` (and unkeyed requests under ``"hashed"``)."""
@@ -221,9 +241,17 @@ class AffinityLoadBalancer:
         }
 
     def get_status(self) -> dict[str, Any]:
-        """verl's keys plus ``affinity_break_margin``, the counters, policy and tie-break."""
+        """verl's keys plus ``affinity_break_margin``, the counters, policy and tie-break;
+        with a decision log also whether it is being written (``decision_log_ok``), its
+        failures so far (``decision_log_errors``) and the current one, if any."""
         out = status(self._config, self._state)
-        out["decision_log"] = None if self._log is None else str(self._log.path)
+        log = self._log
+        out["decision_log"] = None if log is None else str(log.path)
+        if log is not None:
+            log.check()  # notices a log deleted or replaced since the last record
+            out["decision_log_ok"] = log.ok
+            out["decision_log_errors"] = sum(log.errors.values())
+            out["decision_log_problem"] = log.problem
         return out
 
     # ------------------------------------------------------------------- extras

@@ -14,7 +14,7 @@ Validation happens here, at construction or config load, never on the first requ
 (issue 5, item 3; R-CFG-1): an unknown key names itself and the accepted keys, and a bad
 value names the key, the value and the accepted range. Routing options are checked by
 :class:`affinity_core.Config` itself; this module adds the adapter-only options (the
-decision log and the tie-draw seed) and maps names.
+decision log, whether routing requires it, and the tie-draw seed) and maps names.
 
 Defaults equal verl 0.9.1's ``GlobalRequestLoadBalancer`` exactly, with one choice the
 core leaves open: ties are broken by a *draw* (``tie_break="draw"``), which is what 0.9.1's
@@ -60,7 +60,8 @@ ROUTING_KEYS = (
     "max_cache_size",
     "tie_break",
 )
-ADAPTER_KEYS = ("decision_log", "decision_log_backups", "decision_log_max_bytes", "seed")
+ADAPTER_KEYS = ("decision_log", "decision_log_backups", "decision_log_max_bytes",
+                "decision_log_required", "seed")
 IGNORED_KEYS = ("router_class",)  # verl's plug-in path passes the whole YAML dict
 ACCEPTED_KEYS: tuple[str, ...] = tuple(sorted((*ROUTING_KEYS, *ADAPTER_KEYS, *IGNORED_KEYS)))
 
@@ -77,6 +78,7 @@ class BalancerOptions:
     decision_log: Path | None = None
     decision_log_max_bytes: int = DEFAULT_DECISION_LOG_MAX_BYTES
     decision_log_backups: int = DEFAULT_DECISION_LOG_BACKUPS
+    decision_log_required: bool = False
     seed: int | None = None
 
 
@@ -99,6 +101,14 @@ def _log_path(value: object) -> Path | None:
     raise OptionError(
         f"decision_log must be null or a non-empty file path, got {_describe(value)}"
     )
+
+
+def _required(value: object, log: Path | None) -> bool:
+    if not isinstance(value, bool):
+        raise OptionError(f"decision_log_required must be true or false, got {_describe(value)}")
+    if value and log is None:
+        raise OptionError("decision_log_required: true needs a decision_log path")
+    return value
 
 
 def _seed(value: object) -> int | None:
@@ -174,9 +184,10 @@ def parse_options(
             hash_mode=merged.get("hash_mode", "caller"),
             lease_accounting=merged.get("lease_accounting", False),
         )
+        log_path = _log_path(merged.get("decision_log"))
         return BalancerOptions(
             config=routing,
-            decision_log=_log_path(merged.get("decision_log")),
+            decision_log=log_path,
             decision_log_max_bytes=_int_at_least(
                 "decision_log_max_bytes",
                 merged.get("decision_log_max_bytes", DEFAULT_DECISION_LOG_MAX_BYTES),
@@ -187,6 +198,8 @@ def parse_options(
                 merged.get("decision_log_backups", DEFAULT_DECISION_LOG_BACKUPS),
                 0,
             ),
+            decision_log_required=_required(merged.get("decision_log_required", False),
+                                            log_path),
             seed=_seed(merged.get("seed")),
         )
     except ConfigError as exc:  # OptionError included: add the source once

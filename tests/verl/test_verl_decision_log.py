@@ -1,7 +1,7 @@
 """The optional decision log (issue 5, item 4), written by the balancer actor.
 
 Off by default. When on: one record per state-changing call, in the format of
-:mod:`affinity_conformance.decision_log`, which replays through the core with zero
+:mod:`affinity_runtime.decision_log`, which replays through the core with zero
 divergences; files rotate at the size cap and each kept file replays alone;
 every call that returned is already on disk, and an abrupt kill leaves at most a
 partial last line.
@@ -10,16 +10,21 @@ partial last line.
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 import ray
+from affinity_verl import AffinityLoadBalancer, OptionError
 from affinity_verl.testing.driving import call
 from affinity_verl.testing.replay import replay_decision_log
 
 from affinity_conformance.decision_log import LogError, read_log
 from affinity_core import Acquire, ClearStickyCache, RemoveServers
+from affinity_runtime.decision_log import DecisionLogLocked
 
 SERVERS = dict.fromkeys(["s0", "s1", "s2"])
 
@@ -129,3 +134,81 @@ def test_returned_calls_are_on_disk_and_a_kill_loses_at_most_the_last_line(
     report = replay_decision_log([intact])
     assert report.divergences == ()
     assert len(report.events) >= 5 + 200
+
+
+# --------------------------------------------------------------------------------------
+# One writer per path; failures reported (issue 12, item 1; R-LOG-2)
+
+
+def _affinity_replay(*paths: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "affinity_cli.main", "replay",
+                           *map(str, paths)], capture_output=True, text=True, timeout=120,
+                          check=False)
+
+
+def test_a_second_actor_on_the_same_log_fails_and_the_first_log_replays_complete(
+    make_balancer: Any, tmp_path: Path
+) -> None:
+    path = tmp_path / "lb.ndjson"
+    first = make_balancer(servers=SERVERS, decision_log=str(path), seed=1)
+    for i in range(10):
+        call(first, "acquire_server", request_id=f"r{i % 4}")
+    before = {p.name: p.read_bytes() for p in tmp_path.iterdir()}
+    second = make_balancer(servers=SERVERS, decision_log=str(path))
+    with pytest.raises(ray.exceptions.RayActorError) as info:
+        call(second, "get_status")  # its constructor failed: the first call re-raises it
+    assert f"decision log {path} is in use by another writer" in str(info.value)
+    assert "held by PID" in str(info.value) and "nothing was changed" in str(info.value)
+    assert {p.name: p.read_bytes() for p in tmp_path.iterdir()} == before
+    for i in range(10):
+        call(first, "release_server", server_id=f"s{i % 3}")
+    assert call(first, "get_status")["decision_log_ok"] is True
+    done = _affinity_replay(path)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "ok: 20 records in 1 file(s) match the spec" in done.stdout
+
+
+def test_in_one_process_too_and_a_deleted_log_is_reported(tmp_path: Path) -> None:
+    path = tmp_path / "lb.ndjson"
+    lb = AffinityLoadBalancer(SERVERS, decision_log=str(path), seed=1)
+    with pytest.raises(DecisionLogLocked, match="in use by another writer"):
+        AffinityLoadBalancer(SERVERS, decision_log=str(path))
+    lb.acquire_server("a")
+    path.unlink()
+    status = lb.get_status()
+    assert status["decision_log_ok"] is False and status["decision_log_errors"] == 1
+    assert "was deleted" in status["decision_log_problem"]
+    lb.acquire_server("b")  # default: routing goes on, and the log resumes
+    status = lb.get_status()
+    assert status["decision_log_ok"] is True and status["decision_log_errors"] == 1
+    report = replay_decision_log([path])
+    assert report.divergences == () and report.first_seq == 1 and len(report.events) == 1
+
+
+def test_decision_log_required_refuses_an_acquire_it_cannot_log(tmp_path: Path) -> None:
+    path = tmp_path / "lb.ndjson"
+    lb = AffinityLoadBalancer(SERVERS, decision_log=str(path), decision_log_required=True)
+    lb.acquire_server("a")
+    writer = lb._log
+    assert writer is not None and writer._file is not None
+    full = os.open("/dev/full", os.O_WRONLY)
+    os.dup2(full, writer._file.fileno())  # the next write fails with ENOSPC
+    os.close(full)
+    with pytest.raises(RuntimeError, match=r"decision log unavailable .*No space left"):
+        lb.acquire_server("b")
+    assert lb.get_total_inflight() == 1  # the refused acquire was undone
+    assert lb.get_status()["decision_log_errors"] == 1
+    lb.acquire_server("b")  # the log resumed with a new file: routing again
+    assert lb.get_total_inflight() == 2 and lb.get_status()["decision_log_ok"] is True
+    for file in (path.with_name("lb.ndjson.1"), path):
+        assert replay_decision_log([file]).divergences == ()
+
+
+@pytest.mark.parametrize(("options", "message"), [
+    ({"decision_log_required": True}, "decision_log_required: true needs a decision_log"),
+    ({"decision_log_required": "yes", "decision_log": "x"},
+     "decision_log_required must be true or false, got 'yes'"),
+])
+def test_decision_log_required_is_validated(options: dict[str, Any], message: str) -> None:
+    with pytest.raises(OptionError, match=message):
+        AffinityLoadBalancer(SERVERS, **options)
