@@ -22,6 +22,9 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "simulate": ("affinity_sim.cli", "simulate rollout steps and compare routing policies"),
     "check": ("affinity_conformance.cli_check",
               "check a balancer class (module:Class) against the spec and vectors"),
+    "check-router": ("affinity_conformance.router_check.cli",
+                     "check an HTTP router (affinity serve, vllm-router, sglang-router) "
+                     "black-box against the spec"),
     "replay": ("affinity_conformance.cli_replay",
                "validate NDJSON decision logs against the spec"),
     "vectors": ("affinity_conformance.cli_vectors",

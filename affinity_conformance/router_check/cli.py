@@ -1,0 +1,227 @@
+"""``affinity check-router``: black-box conformance of an HTTP router against the spec.
+
+Exit status: 0 every trace conforms, 1 some trace diverged (each divergence shrunk,
+explained and written as a vector), 2 bad input or the router could not be started, with
+a one-line message and no traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shlex
+import sys
+from pathlib import Path
+
+import attrs
+
+from .claims import CLAIM_FORMS, ClaimError, parse_claim
+from .presets import (
+    DEFAULT_ROUTERS_VENV,
+    PRESETS,
+    ROUTER_PACKAGES,
+    Preset,
+    PresetError,
+    ensure_routers_venv,
+    parse_template,
+    routers_available,
+)
+from .runner import CheckOptions, RouterReport, run_sync
+from .trace import TraceShape
+
+__all__ = ["register", "render", "run"]
+
+EPILOG = f"""\
+presets (--preset):
+{chr(10).join(f"  {p.name:<34}{p.about}; claim {p.claim}" for p in PRESETS.values())}
+
+examples:
+  affinity check-router --preset affinity --policy margin=2
+  affinity check-router --preset affinity --router-extra '--margin 0' --policy margin=2
+  affinity check-router --preset vllm-router:sticky_least_loaded --policy legacy
+  affinity check-router --router-cmd 'my-router --port {{port}} --workers {{backends}}' \\
+      --session-header x-session-id --policy margin=1
+  affinity check-router --url http://127.0.0.1:8080 --policy legacy  (a running router
+      in front of the fleet's backends is not possible: --url needs --backends-of, so it
+      is meant for routers that discover the fleet; see docs/check-router.md)
+
+The Rust routers are installed into --routers-venv ({' '.join(ROUTER_PACKAGES)}) with
+--install-routers. Findings for them: docs/check-router.md.
+"""
+
+
+def register(parser: argparse.ArgumentParser) -> None:
+    parser.formatter_class = argparse.RawDescriptionHelpFormatter
+    parser.description = (
+        "Check an HTTP router against the spec, black-box: start it in front of a fleet of "
+        "recording stub backends that hold every request until the harness completes it, "
+        "drive it with seeded traces of acquires (requests with a session key), releases "
+        "(completions, ok or failed, streamed or not) and pool changes where the router has "
+        "an API for them, and feed what arrives where to the reference core in refinement "
+        "mode (R-REL-2). Divergences are shrunk, explained with requirement ids and written "
+        "as vector files.")
+    parser.epilog = EPILOG
+    which = parser.add_argument_group("router under test (one of)")
+    which.add_argument("--preset", choices=sorted(PRESETS), metavar="NAME",
+                       help="a known router: " + ", ".join(sorted(PRESETS)))
+    which.add_argument("--router-cmd", metavar="TEMPLATE",
+                       help="command with {port} and {backends} (one argument per backend URL) "
+                       "or {backend} inside an argument (repeated per backend); also "
+                       "{metrics_port}, {python}, {routers}, {margin}")
+    parser.add_argument("--router-extra", default="", metavar="ARGS",
+                        help="extra arguments appended to the router command, e.g. "
+                        "'--margin 0' or '--assignment-mode min_load'")
+    parser.add_argument("--policy", metavar="CLAIM",
+                        help=f"the policy the router claims: {CLAIM_FORMS} (default: the "
+                        "preset's claim)")
+    parser.add_argument("--session-header", metavar="NAME",
+                        help="header carrying the session key (default: the preset's, else "
+                        "x-session-id)")
+    parser.add_argument("--cache-size", type=_positive, default=10000, metavar="N",
+                        help="claimed sticky-map capacity (default 10000, verl's)")
+    traces = parser.add_argument_group("traces")
+    traces.add_argument("--budget", type=_positive, default=5, metavar="N",
+                        help="seeded traces to run (default 5)")
+    traces.add_argument("--seed", type=int, default=1, help="seed of the first trace (default 1)")
+    traces.add_argument("--length", type=_positive, default=24, metavar="N",
+                        help="ops per trace (default 24)")
+    traces.add_argument("--backends", type=_positive, default=3, metavar="N",
+                        help="stub backends in the fleet (default 3)")
+    traces.add_argument("--sessions", type=_positive, default=4, metavar="N",
+                        help="distinct session keys per trace (default 4)")
+    traces.add_argument("--no-streams", action="store_true", help="send no streamed requests")
+    traces.add_argument("--no-failures", action="store_true",
+                        help="complete every request normally (no HTTP 500s, no cut streams)")
+    traces.add_argument("--no-pool-changes", action="store_true",
+                        help="never remove or re-add backends (they are driven only where the "
+                        "router has an admin API)")
+    timing = parser.add_argument_group("timing discipline")
+    timing.add_argument("--settle", type=_seconds, default=None, metavar="SECONDS",
+                        help="fixed settle delay after each completion (default: calibrated, "
+                        "max(50 ms, 10 x the router's median round trip))")
+    timing.add_argument("--settle-factor", type=_factor, default=1.0, metavar="F",
+                        help="multiply every settle delay and poll timeout by F; a run with 2 "
+                        "must give the same verdict (default 1)")
+    shrink = parser.add_argument_group("shrinking and output")
+    shrink.add_argument("--shrink-runs", type=_positive, default=40, metavar="N",
+                        help="at most N re-runs to shrink one failure (default 40)")
+    shrink.add_argument("--max-failures", type=_positive, default=3, metavar="N",
+                        help="shrink at most N distinct kinds of failure (default 3)")
+    shrink.add_argument("--out", type=Path, default=None, metavar="DIR",
+                        help="where minimal traces (vector files) and the router log go "
+                        "(default: a new temporary directory, printed)")
+    shrink.add_argument("--json", action="store_true", help="print the report as JSON")
+    env = parser.add_argument_group("environment")
+    env.add_argument("--routers-venv", type=Path, default=DEFAULT_ROUTERS_VENV, metavar="DIR",
+                     help="venv holding vllm-router / sglang-router (default .venv-routers)")
+    env.add_argument("--install-routers", action="store_true",
+                     help=f"create --routers-venv with {' '.join(ROUTER_PACKAGES)} if missing")
+    parser.set_defaults(run=run)
+
+
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {value}")
+    return value
+
+
+def _float_in(text: str, low: float, high: float, what: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected {what}, got {text!r}") from None
+    if not low <= value <= high:
+        raise argparse.ArgumentTypeError(f"expected {what}, got {value:g}")
+    return value
+
+
+def _seconds(text: str) -> float:
+    return _float_in(text, 0.0, 10.0, "seconds in [0, 10]")
+
+
+def _factor(text: str) -> float:
+    return _float_in(text, 1.0, 20.0, "a factor in [1, 20]")
+
+
+def _preset(args: argparse.Namespace) -> Preset:
+    if (args.preset is None) == (args.router_cmd is None):
+        raise PresetError("give exactly one of --preset NAME and --router-cmd TEMPLATE")
+    if args.preset is not None:
+        preset = PRESETS[args.preset]
+        if args.session_header:
+            preset = attrs.evolve(preset, session_header=args.session_header)
+        return preset
+    if args.policy is None:
+        raise PresetError("--router-cmd needs --policy (what the router claims to implement)")
+    return Preset("custom", parse_template(args.router_cmd),
+                  args.session_header or "x-session-id", args.policy, "delay", None, False,
+                  "custom command")
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        preset = _preset(args)
+        claim = parse_claim(args.policy or preset.claim, args.cache_size)
+        extra = tuple(shlex.split(args.router_extra))
+        if preset.needs_routers_venv and not routers_available(args.routers_venv):
+            if not args.install_routers:
+                raise PresetError(f"{preset.name} needs {args.routers_venv} with "
+                                  f"{' '.join(ROUTER_PACKAGES)}: add --install-routers")
+            ensure_routers_venv(args.routers_venv)
+    except (ClaimError, PresetError, ValueError) as exc:
+        print(f"affinity check-router: {exc}", file=sys.stderr)
+        return 2
+    shape = TraceShape(backends=args.backends, sessions=args.sessions, length=args.length,
+                       stream_percent=0 if args.no_streams else 25,
+                       fail_percent=0 if args.no_failures else 15,
+                       pool_percent=0 if args.no_pool_changes else 8)
+    options = CheckOptions(preset, claim, None, extra, args.routers_venv, shape, args.budget,
+                           args.seed, args.settle, args.settle_factor, args.shrink_runs,
+                           180.0, args.max_failures, args.out)
+    try:
+        report = run_sync(options)
+    except PresetError as exc:
+        print(f"affinity check-router: {exc}", file=sys.stderr)
+        return 2
+    print(json.dumps(report.to_json(), indent=2) if args.json else render(report))
+    return 1 if report.verdict == "fail" else 0
+
+
+def render(report: RouterReport) -> str:
+    """The human-readable report."""
+    s = report.settle
+    lines = [f"affinity check-router {report.router} --policy {report.claim}",
+             f"  command: {shlex.join(report.command)}",
+             f"  session header: {report.session_header}; traces: {report.traces} "
+             f"({report.passed} conform); router starts: {report.router_runs}"]
+    if s is not None:
+        lines.append(f"  settle: {s.delay * 1000:.0f} ms after each completion ({s.how}); "
+                     f"poll: {s.mode}")
+    if report.retries:
+        lines.append(f"  the router retried completed requests {report.retries} time(s) "
+                     "(extra arrivals of the same request)")
+    lines += [f"  note: {n}" for n in report.notes]
+    for f in report.failures:
+        d = f.divergence
+        lines += ["", f"FAIL trace seed {f.seed}: minimal trace ({len(f.minimal)} of "
+                      f"{f.original_length} ops"
+                      f"{'' if f.confirmed else '; not reproducible, unshrunk'}): "
+                      f"{'; '.join(f.minimal)}",
+                  f"  first divergence: step {d.index + 1} {d.op}: {d.words} "
+                  f"[{', '.join(d.requirements)}]",
+                  f"  spec loads before the step: {d.loads}"]
+        if d.views:
+            lines.append(f"  the router's choice is least-loaded if load means: "
+                         f"{'; '.join(d.views)}")
+        if f.repeats:
+            lines.append(f"  {f.repeats} more trace(s) failed the same way")
+        if f.vector:
+            lines.append(f"  as a vector: {f.vector}")
+    lines += ["", f"output: {report.out_dir}",
+              f"verdict: {report.verdict.upper() if report.verdict == 'fail' else report.verdict}"
+              f" in {report.seconds:.1f}s"]
+    return "\n".join(lines)

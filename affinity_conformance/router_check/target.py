@@ -1,0 +1,164 @@
+"""The router under test as the harness sees it: fresh state, settling, pool changes.
+
+Theory of operation
+-------------------
+A :class:`Target` is either a router the harness starts from a command (a
+:class:`~affinity_conformance.router_check.presets.RouterProcess`, restarted before every
+run so each trace -- and each shrinking attempt -- meets a fresh router) or one it
+attaches to with ``--url`` (never restarted: each run then uses fresh session keys and
+correlation ids under a new namespace, and state the router keeps per backend, such as
+vllm-router's session counts, carries over; the report says so).
+
+Settling (timing discipline). After the harness completes a request, the client has
+received the whole response; the router may still be about to lower its count. Before the
+next event the harness therefore waits until the router has observed the completion:
+
+1. where the router exposes its in-flight count (``status``: ``affinity serve``'s
+   ``/status`` ``total_inflight``; ``smg``: sglang-router's ``smg_worker_requests_active``
+   gauges), it polls until that count equals the requests the fleet still holds;
+2. then, always, it sleeps the *settle delay*: ``max(50 ms, 10 x`` the router's median
+   round trip measured at start``) x settle-factor`` unless ``--settle`` fixes it.
+
+The settle delay is stated in every report, and a run with ``--settle-factor 2`` must
+give the same verdict (the tests and docs/check-router.md do this).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from pathlib import Path
+
+import aiohttp
+import attrs
+
+from .presets import Preset, RouterProcess, expand, free_port
+
+__all__ = ["SettlePlan", "Target"]
+
+MIN_SETTLE = 0.05
+ROUND_TRIPS = 10.0
+POLL_TIMEOUT = 5.0
+
+
+@attrs.frozen
+class SettlePlan:
+    delay: float        # seconds slept after every completion and pool change
+    factor: float
+    mode: str           # status | smg | delay
+    how: str            # how the delay was chosen, in words
+
+
+class Target:
+    """See the module docstring."""
+
+    def __init__(self, preset: Preset, *, backends: list[str], routers: Path,
+                 margin: int | None, extra: list[str], url: str | None, log_path: Path,
+                 metrics_url: str | None = None) -> None:
+        self.preset, self.backends, self.url = preset, backends, url or ""
+        self.attached = url is not None
+        self.metrics_url = metrics_url
+        self.process: RouterProcess | None = None
+        self.log_path = log_path
+        self.routers, self.margin, self.extra = routers, margin, extra
+        self.namespace = ""
+        self.runs = 0
+        self.round_trip = 0.0
+        self.command: list[str] = []
+
+    async def fresh(self, http: aiohttp.ClientSession) -> None:
+        """A router with no state from earlier runs (see the module docstring)."""
+        self.runs += 1
+        if self.attached:
+            self.namespace = f"r{self.runs}-{int(time.time() * 1000) % 10**8}-"
+            if self.runs == 1:
+                self.round_trip = await _round_trip(http, self.url)
+            return
+        self.stop()
+        port, metrics_port = free_port(), free_port()
+        self.url = f"http://127.0.0.1:{port}"
+        self.metrics_url = f"http://127.0.0.1:{metrics_port}"
+        self.command = expand(self.preset.template, port=port, metrics_port=metrics_port,
+                              backends=self.backends, routers=self.routers,
+                              margin=self.margin) + self.extra
+        self.process = RouterProcess(self.command, self.url, self.log_path)
+        await self.process.start(http)
+        if self.runs == 1:
+            self.round_trip = self.process.round_trip
+
+    def stop(self) -> None:
+        if self.process is not None:
+            self.process.stop()
+            self.process = None
+
+    def settle_plan(self, factor: float, fixed: float | None) -> SettlePlan:
+        if fixed is not None:
+            base, how = fixed, f"fixed by --settle {fixed:g} s"
+        else:
+            base = max(MIN_SETTLE, ROUND_TRIPS * self.round_trip)
+            how = (f"calibrated: max({MIN_SETTLE * 1000:.0f} ms, {ROUND_TRIPS:g} x median round "
+                   f"trip {self.round_trip * 1000:.1f} ms)")
+        mode = self.preset.settle if (self.metrics_url or self.preset.settle == "status") \
+            else "delay"
+        return SettlePlan(base * factor, factor, mode, how + f" x factor {factor:g}")
+
+    async def settle(self, http: aiohttp.ClientSession, plan: SettlePlan, held: int) -> None:
+        if plan.mode != "delay":
+            deadline = time.monotonic() + POLL_TIMEOUT * plan.factor
+            while time.monotonic() < deadline:
+                seen = await self.inflight(http, plan.mode)
+                if seen is None or seen == held:
+                    break
+                await asyncio.sleep(0.005)
+        await asyncio.sleep(plan.delay)
+
+    async def inflight(self, http: aiohttp.ClientSession, mode: str) -> int | None:
+        """The router's own in-flight count, or None if it cannot be read."""
+        try:
+            if mode == "status":
+                async with http.get(self.url + "/status") as resp:
+                    data = await resp.json()
+                return int(data["total_inflight"])
+            assert self.metrics_url is not None
+            async with http.get(self.metrics_url + "/metrics") as resp:
+                text = await resp.text()
+        except (aiohttp.ClientError, ValueError, KeyError, TypeError, asyncio.TimeoutError):
+            return None
+        total = 0.0
+        for line in text.splitlines():
+            if line.startswith("smg_worker_requests_active"):
+                total += float(line.rsplit(" ", 1)[1])
+        return int(total)
+
+    async def change_pool(self, http: aiohttp.ClientSession, backend: str, add: bool) -> str:
+        """Remove or re-add ``backend`` through the admin API; '' or an error in words."""
+        path = "/add_worker" if add else "/remove_worker"
+        try:
+            async with http.post(self.url + path, params={"url": backend}) as resp:
+                body = await resp.text()
+                if resp.status != 200:
+                    return f"POST {path} answered {resp.status}: {body[:200]}"
+            deadline = time.monotonic() + POLL_TIMEOUT
+            while time.monotonic() < deadline:
+                async with http.get(self.url + "/list_workers") as resp:
+                    urls = (await resp.json()).get("urls", [])
+                if (backend in urls) == add:
+                    return ""
+                await asyncio.sleep(0.02)
+        except (aiohttp.ClientError, ValueError, asyncio.TimeoutError) as exc:
+            return f"{path}: {type(exc).__name__}: {exc}"
+        return f"{path}: /list_workers did not reflect the change within {POLL_TIMEOUT:g} s"
+
+
+async def _round_trip(http: aiohttp.ClientSession, url: str) -> float:
+    from .fleet import MODEL
+
+    times = []
+    for _ in range(5):
+        started = time.perf_counter()
+        async with http.post(url + "/v1/completions",
+                             json={"model": MODEL, "prompt": "ready?", "max_tokens": 1}) as resp:
+            await resp.read()
+        times.append(time.perf_counter() - started)
+    times.sort()
+    return times[len(times) // 2]
