@@ -1,8 +1,8 @@
 """``affinity serve``: command-line options of the vLLM router.
 
 Every option maps to one field of :class:`~affinity_vllm.options.RouterOptions`, which
-validates it; the error names the option, the value and the accepted range. aiohttp is
-imported only when the command runs, so ``affinity --help`` stays fast.
+validates it; the error names the option, the value and the accepted range. The server
+modules are imported only when the command runs, so ``affinity --help`` stays fast.
 """
 
 from __future__ import annotations
@@ -96,19 +96,50 @@ def register(parser: argparse.ArgumentParser) -> None:
                      "refused with 400 (default: %(default)s)")
     net.add_argument("--max-concurrency", type=int, default=d.max_concurrency.default,
                      help="requests proxied at once; more get 503 (default: %(default)s)")
+    net.add_argument("--max-connections", type=int, default=d.max_connections.default,
+                     help="open client connections; more get 503 and are closed "
+                     "(default: %(default)s)")
+    net.add_argument("--header-timeout", type=float, default=d.header_timeout.default,
+                     help="seconds from a request's first byte to the end of its headers; "
+                     "slower requests get 408 (default: %(default)s)")
+    net.add_argument("--body-timeout", type=float, default=d.body_timeout.default,
+                     help="seconds from the end of a request's headers to the end of its "
+                     "body; slower requests get 408 (default: %(default)s)")
+    net.add_argument("--idle-timeout", type=float, default=d.idle_timeout.default,
+                     help="seconds a keep-alive client connection may idle between requests "
+                     "(default: %(default)s)")
+    net.add_argument("--shutdown-grace", type=float, default=d.shutdown_grace.default,
+                     help="on SIGTERM/SIGINT, seconds open requests may still finish; then "
+                     "they are cancelled and released (default: %(default)s)")
     net.add_argument("--connect-timeout", type=float, default=d.connect_timeout.default,
-                     help="seconds to connect to a backend; on expiry the backend is removed "
-                     "and the request retried once elsewhere (default: %(default)s)")
+                     help="seconds to connect to a backend; on expiry the request is retried "
+                     "once elsewhere and the failure counts toward ejection "
+                     "(default: %(default)s)")
     net.add_argument("--upstream-timeout", type=float, default=d.upstream_timeout.default,
                      help="seconds a backend may stay silent (before or between response "
-                     "chunks); on expiry it is removed from the pool (default: %(default)s)")
+                     "chunks); on expiry the client gets 504 (or a cut stream); a slow "
+                     "request does not eject its backend (default: %(default)s)")
 
     health = parser.add_argument_group("health and load")
     health.add_argument("--health-interval", type=float, default=d.health_interval.default,
                         help="seconds between GET /health rounds; failing backends are "
-                        "removed, recovered ones re-added (default: %(default)s)")
+                        "removed, recovered ones (and ejected ones past their back-off) "
+                        "re-added (default: %(default)s)")
     health.add_argument("--health-timeout", type=float, default=d.health_timeout.default,
                         help="timeout of one health check or scrape (default: %(default)s)")
+    health.add_argument("--eject-5xx", type=int, default=d.eject_5xx.default, metavar="N",
+                        help="eject a backend after N consecutive 5xx answers (never the last "
+                        "routable one) (default: %(default)s)")
+    health.add_argument("--eject-connect-errors", type=int,
+                        default=d.eject_connect_errors.default, metavar="N",
+                        help="eject a backend after N consecutive connect errors "
+                        "(default: %(default)s)")
+    health.add_argument("--ejection-base", type=float, default=d.ejection_base.default,
+                        help="seconds out for a first ejection, doubling for each ejection "
+                        "in a row; a passing health check then re-adds it "
+                        "(default: %(default)s)")
+    health.add_argument("--ejection-max", type=float, default=d.ejection_max.default,
+                        help="longest ejection back-off (default: %(default)s)")
     health.add_argument("--scrape-metrics", action="store_true",
                         help="scrape each backend's /metrics and feed num_requests_running + "
                         "num_requests_waiting to the core as ObserveLoads events")
@@ -117,13 +148,22 @@ def register(parser: argparse.ArgumentParser) -> None:
 
     logs = parser.add_argument_group("decision log")
     logs.add_argument("--decision-log", default=None, metavar="PATH",
-                      help="write every routing event as NDJSON for `affinity replay`; "
-                      "an existing log at PATH is rotated to PATH.1, not overwritten "
-                      "(default: off)")
+                      help="write every routing event as NDJSON for `affinity replay`. "
+                      "Opened only after the port is bound, under an exclusive lock on "
+                      "PATH.lock: a second router on the same PATH exits with an error "
+                      "naming the holder's PID and changes nothing. An existing log at PATH "
+                      "is rotated to PATH.1, not overwritten. Write failures and a log "
+                      "deleted or replaced underneath are reported in /metrics "
+                      "(affinity_router_decision_log_ok, _errors_total) and the router log, "
+                      "and the writer resumes with a new file (default: off)")
     logs.add_argument("--decision-log-max-bytes", type=int,
                       default=d.decision_log_max_bytes.default,
                       help="rotate the decision log at this size; each file replays alone "
                       "(default: %(default)s)")
+    logs.add_argument("--require-decision-log", action="store_true",
+                      help="refuse to route (503) while the decision log cannot be written, "
+                      "so every routed request is in the log (default: keep routing and "
+                      "report the failure)")
     parser.add_argument("--log-level", default="INFO",
                         choices=["DEBUG", "INFO", "WARNING", "ERROR"],
                         help="router log level (default: %(default)s)")
@@ -139,9 +179,15 @@ def options_from_args(args: argparse.Namespace) -> RouterOptions:
         host=args.host, port=args.port, max_body_bytes=args.max_body_bytes,
         max_header_bytes=args.max_header_bytes, max_concurrency=args.max_concurrency,
         connect_timeout=args.connect_timeout, upstream_timeout=args.upstream_timeout,
+        max_connections=args.max_connections, header_timeout=args.header_timeout,
+        body_timeout=args.body_timeout, idle_timeout=args.idle_timeout,
+        shutdown_grace=args.shutdown_grace, eject_5xx=args.eject_5xx,
+        eject_connect_errors=args.eject_connect_errors, ejection_base=args.ejection_base,
+        ejection_max=args.ejection_max,
         health_interval=args.health_interval, health_timeout=args.health_timeout,
         scrape_metrics=args.scrape_metrics, scrape_interval=args.scrape_interval,
         decision_log=args.decision_log, decision_log_max_bytes=args.decision_log_max_bytes,
+        require_decision_log=args.require_decision_log,
     )
 
 
@@ -153,7 +199,9 @@ def run(args: argparse.Namespace) -> int:
         return 2
     logging.basicConfig(level=args.log_level,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    from .router import serve_forever
+    from .router import install_uvloop, serve_forever
+
+    install_uvloop()
 
     def ready(port: int) -> None:
         print(f"affinity serve: listening on http://{options.host}:{port} "

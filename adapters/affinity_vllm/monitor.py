@@ -5,15 +5,13 @@ Theory of operation
 Two periodic tasks run beside the HTTP server; each round visits every backend
 concurrently, with its own timeout, so one hung backend cannot delay the others.
 
-**Health** (every ``health_interval``): ``GET /health`` on every *configured* backend.
-
-* an active backend that refuses the connection or times out is removed from the pool
-  (one ``RemoveServers`` event); an HTTP error status (e.g. 503 while vLLM starts) also
-  counts as failing;
-* an inactive backend that answers 200 is re-added (one ``AddServers`` event), after
-  which sessions pinned to it elsewhere stay where they are and new sessions can land
-  on it. Pinned sessions whose server was removed re-pin on their next turn (the core's
-  ``reselected`` path).
+**Health** (every ``health_interval``): ``GET /health`` on every *configured* backend;
+a 200 within ``health_timeout`` passes, anything else (refused, timeout, an error status
+such as 503 while vLLM starts) fails. Each result goes to the router's health book
+(:mod:`affinity_vllm.health`), which decides the pool change: a failing backend in the
+pool is removed (``RemoveServers``); a passing one that is out -- after a failed check,
+or ejected and past its back-off -- is re-added (``AddServers``). Sessions pinned to a
+removed server re-pin on their next turn (the core's ``reselected`` path).
 
 **Load** (every ``scrape_interval``, only with ``scrape_metrics``): ``GET /metrics`` on
 every *active* backend, reading ``vllm:num_requests_running + vllm:num_requests_waiting``
@@ -63,13 +61,13 @@ class Monitor:
         table: RoutingTable,
         metrics: RouterMetrics,
         session: Callable[[], aiohttp.ClientSession],
-        backend_failed: Callable[[str, str, bool], None],
+        probed: Callable[[str, bool], None],
     ) -> None:
         self.options = options
         self.table = table
         self.metrics = metrics
         self._session = session
-        self._backend_failed = backend_failed
+        self._probed = probed
         self._tasks: list[asyncio.Task[None]] = []
         self.health_rounds = 0
         self.scrape_rounds = 0
@@ -113,11 +111,7 @@ class Monitor:
         servers = self.table.servers
         results = await asyncio.gather(*(self._healthy(s) for s in servers))
         for sid, healthy in zip(servers, results, strict=True):
-            if healthy and not self.table.is_active(sid):
-                self.table.add(sid)
-                log.info("backend %s passed its health check: re-added", sid)
-            elif not healthy and self.table.is_active(sid):
-                self._backend_failed(sid, "health", True)
+            self._probed(sid, healthy)
         self.health_rounds += 1
 
     # ------------------------------------------------------------------- load

@@ -16,25 +16,37 @@ Metric names (all prefixed ``affinity_router_``):
 * ``decisions_total{outcome}`` -- acquires by path (new, kept, broken, reselected,
   unkeyed) and rejections;
 * ``inflight{backend}``, ``external_load{backend}``, ``backend_up{backend}``;
-* ``backend_errors_total{backend,kind}`` -- refused, connect_timeout, timeout,
+* ``backend_errors_total{backend,kind}`` -- refused, connect_timeout, 5xx, timeout,
   disconnected, mid_stream, health, scrape;
+* ``backend_health{backend,state}`` -- 1 for the backend's health state (up, ejected,
+  down; :mod:`affinity_vllm.health`), ``open_requests{backend}`` -- requests holding a
+  lease, including on backends that left the pool while they ran;
+* ``connections`` -- open client connections;
+* ``decision_log_ok``, ``decision_log_errors_total{kind}`` -- with ``--decision-log``:
+  whether the log is being written now, and its failures by kind (a write error, the
+  live file deleted, moved or replaced underneath, a failed rotation or resumption);
 * ``pool_changes_total{change}``, ``retries_total``, ``client_disconnects_total``;
 * ``requests_total{route,code}``;
-* ``routing_overhead_seconds`` -- histogram of the time from a request's arrival to the
-  moment it is handed to the backend (body parse, session key, core step), plus the
-  release step afterwards;
+* ``routing_overhead_seconds`` -- histogram, per proxied request, of the time from the
+  request's first byte to the first byte written to the backend: HTTP parsing, body
+  check, session key, the core step and the connection borrow;
 * ``backend_num_requests_running``/``_waiting``/``_kv_cache_usage_perc{backend}`` --
   the last scrape of each backend's vLLM gauges.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import attrs
 
+from affinity_runtime.decision_log import PROBLEM_KINDS
+
 from .metrics import Registry
 from .routing import RoutingTable
+
+if TYPE_CHECKING:
+    from .health import BackendHealth
 
 __all__ = ["BackendReport", "RouterMetrics"]
 
@@ -81,8 +93,8 @@ class RouterMetrics:
                                        "backends removed from or re-added to the pool",
                                        ["change"])
         self.retries = r.counter(p + "retries_total",
-                                 "requests retried on another backend after a failure "
-                                 "before any byte was sent")
+                                 "requests retried once after a connect error, a 5xx or a "
+                                 "connection closed before any response byte")
         self.client_disconnects = r.counter(p + "client_disconnects_total",
                                             "clients that went away before the response ended")
         self.requests = r.counter(p + "requests_total", "HTTP requests by route and status",
@@ -97,6 +109,19 @@ class RouterMetrics:
                                 "vllm:num_requests_waiting at the last scrape", ["backend"])
         self._kv = r.gauge(p + "backend_kv_cache_usage_perc",
                            "vllm:kv_cache_usage_perc at the last scrape", ["backend"])
+        self._health = r.gauge(p + "backend_health", "1 for the backend's health state "
+                               "(up, ejected, down)", ["backend", "state"])
+        self._open = r.gauge(p + "open_requests", "requests holding a lease on the backend, "
+                             "in the pool or not", ["backend"])
+        self._connections = r.gauge(p + "connections", "open client connections")
+        self._log_ok = r.gauge(p + "decision_log_ok", "1 while the decision log is being "
+                               "written, 0 after a failure until it resumes (absent "
+                               "without --decision-log)")
+        self._log_errors = r.counter(p + "decision_log_errors_total",
+                                     "decision log failures by kind (write, rotate, deleted, "
+                                     "moved, replaced, reopen)", ["kind"])
+        self.health: dict[str, BackendHealth] = {}
+        self.connections = 0
         self.retries.samples[()] = 0.0
         self.client_disconnects.samples[()] = 0.0
 
@@ -116,6 +141,11 @@ class RouterMetrics:
             self._inflight.set(sid, value=table.inflight(sid))
             self._external.set(sid, value=table.external(sid))
             self._up.set(sid, value=1 if table.is_active(sid) else 0)
+            self._open.set(sid, value=table.open_requests.get(sid, 0))
+            if sid in self.health:
+                current = self.health[sid].state.value
+                for state in ("up", "ejected", "down"):
+                    self._health.set(sid, state, value=1 if state == current else 0)
             report = self.reports[sid]
             for family, value in ((self._running, report.running),
                                   (self._waiting, report.waiting),
@@ -125,8 +155,18 @@ class RouterMetrics:
                 else:
                     family.set(sid, value=value)
 
+    def _refresh_log(self) -> None:
+        health = self.table.log_health()
+        if health is None:
+            return
+        self._log_ok.set(value=1 if health["ok"] else 0)
+        for kind in PROBLEM_KINDS:
+            self._log_errors.set(kind, value=health["errors"].get(kind, 0))
+
     def render(self) -> str:
         self._refresh()
+        self._refresh_log()
+        self._connections.set(value=self.connections)
         return self.registry.render()
 
     def status(self) -> dict[str, Any]:
@@ -138,6 +178,8 @@ class RouterMetrics:
             backends[sid] = {
                 "active": self.table.is_active(sid),
                 "inflight": self.table.inflight(sid),
+                "open_requests": self.table.open_requests.get(sid, 0),
+                "health": self.health[sid].state.value if sid in self.health else None,
                 "external_load": self.table.external(sid),
                 "num_requests_running": report.running,
                 "num_requests_waiting": report.waiting,

@@ -125,8 +125,25 @@ class RouterOptions:
         default=3.0, validator=_in_range("connect_timeout", 0.01, 3600))
     upstream_timeout: float = attrs.field(
         default=600.0, validator=_in_range("upstream_timeout", 0.01, 86400))
+    header_timeout: float = attrs.field(
+        default=10.0, validator=_in_range("header_timeout", 0.01, 3600))
+    body_timeout: float = attrs.field(
+        default=60.0, validator=_in_range("body_timeout", 0.01, 3600))
+    idle_timeout: float = attrs.field(
+        default=75.0, validator=_in_range("idle_timeout", 0.01, 86400))
+    max_connections: int = attrs.field(
+        default=10000, validator=_in_range("max_connections", 1, 10**6, True))
+    shutdown_grace: float = attrs.field(
+        default=30.0, validator=_in_range("shutdown_grace", 0, 86400))
+    eject_5xx: int = attrs.field(default=5, validator=_in_range("eject_5xx", 1, 10**6, True))
+    eject_connect_errors: int = attrs.field(
+        default=1, validator=_in_range("eject_connect_errors", 1, 10**6, True))
+    ejection_base: float = attrs.field(
+        default=5.0, validator=_in_range("ejection_base", 0.01, 86400))
+    ejection_max: float = attrs.field(
+        default=300.0, validator=_in_range("ejection_max", 0.01, 86400))
     health_interval: float = attrs.field(
-        default=5.0, validator=_in_range("health_interval", 0.01, 3600))
+        default=1.0, validator=_in_range("health_interval", 0.01, 3600))
     health_timeout: float = attrs.field(
         default=2.0, validator=_in_range("health_timeout", 0.01, 3600))
     scrape_metrics: bool = False
@@ -135,8 +152,15 @@ class RouterOptions:
     decision_log: str | None = None
     decision_log_max_bytes: int = attrs.field(
         default=64 << 20, validator=_in_range("decision_log_max_bytes", 4096, 1 << 40, True))
+    require_decision_log: bool = False
 
     def __attrs_post_init__(self) -> None:
+        if self.require_decision_log and not self.decision_log:
+            raise OptionsError("require_decision_log needs a decision_log path "
+                               "(--require-decision-log without --decision-log)")
+        if self.ejection_max < self.ejection_base:
+            raise OptionsError(f"ejection_max must be >= ejection_base ({self.ejection_base:g})"
+                               f", got {self.ejection_max!r}")
         self.core_config()  # margin, tie_break, hash_mode: fail now, in the core's words
 
     def core_config(self) -> Config:

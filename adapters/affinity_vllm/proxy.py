@@ -2,225 +2,278 @@
 
 Theory of operation
 -------------------
-:meth:`Proxy.forward` handles ``/v1/completions``, ``/v1/chat/completions`` and
-``/v1/models`` after the HTTP layer has read and validated the body:
+:meth:`Proxy.forward` runs after the router has read and validated the request:
 
 1. ``acquire`` on the routing table (the core decides; the lease names the backend);
-2. send the request upstream and relay the answer:
+2. borrow a pooled connection to that backend, write the request (the client's bytes,
+   never re-encoded; query string kept; hop-by-hop headers dropped; ``X-Forwarded-For``
+   gets the client's address appended), and observe ``routing_overhead_seconds`` --
+   from the request's first byte to this write, parsing included;
+3. relay the answer with its end-to-end headers:
 
-   * ``text/event-stream`` responses are relayed chunk by chunk as they arrive;
-   * anything else is read whole and answered with the backend's status code;
+   * ``text/event-stream`` is relayed chunk by chunk as it arrives;
+   * anything else is held up to :data:`RELAY_BUFFER` bytes, so a small response is
+     sent in one write (and a backend that fails inside it still gets a clean 502);
+     a larger one is then relayed in chunks, never buffered whole;
 
-3. ``release`` the lease in a ``finally`` -- exactly once, whatever happened.
+4. ``release`` the lease in a ``finally`` -- exactly once, whatever happened,
+   including when the client goes away and the task is cancelled (the upstream
+   connection is then closed, which aborts the generation in vLLM).
 
-Faults, by when they happen:
+**Retry.** A generation request changes nothing on a vLLM server, so it is safe to
+repeat while no byte has reached the client. Once, on: a connect error (nothing was
+sent), a 5xx status, or a connection closed before any response byte. The retry
+acquires while the failed lease is still held, so the core sees the failed backend one
+request busier; if the failure took the backend out of the pool the retry keeps the
+session key (a pinned session is re-placed, path ``reselected``), otherwise it is an
+unkeyed acquire (least loaded, the session's pin untouched). A read timeout is never
+retried: the backend may still be working on it.
 
-* **before any byte was sent** (connection refused, connect timeout): the backend is
-  removed from the pool (a ``RemoveServers`` event, after the lease is released) and the
-  request is retried once; the retry re-acquires with the same session key, so a pinned
-  session finds its pin on a removed server and is re-placed (path ``reselected``);
-* **after the request was sent, before the response started** (read timeout, backend
-  closed the connection): no retry, since the backend may have acted on it. A timeout
-  removes the backend; the client gets 504 (timeout) or 502;
-* **mid-stream**: the client's event stream ends with an SSE event ``data:
-  {"error": {...}}`` naming the backend and the cause, and no ``[DONE]``; a read timeout
-  also removes the backend;
-* **client went away**: the relay stops and the lease is released.
+**Health.** Every outcome is reported to :mod:`affinity_vllm.health`, which may eject the
+backend (5xx or connect-error runs) -- a read timeout is counted but never ejects.
 
-Removed backends come back only through the health check (:mod:`affinity_vllm.monitor`).
+**Faults after the head was sent.** An event stream ends with ``data: {"error": ...}``
+naming the backend and no ``[DONE]``; any other body is cut (the client connection is
+aborted), since its status can no longer change.
 """
 
 from __future__ import annotations
 
-import asyncio
 import json
 import time
 from collections.abc import Callable
-from typing import Any
 
-import aiohttp
-from aiohttp import web
-
+from .http1 import ClientConnection, IncomingRequest, error_body
 from .observability import RouterMetrics
 from .options import RouterOptions
 from .routing import Lease, RoutingTable
+from .upstream import (
+    ConnectFailed,
+    UpstreamClosed,
+    UpstreamConnection,
+    UpstreamError,
+    UpstreamPool,
+    UpstreamTimeout,
+)
 
-__all__ = ["Proxy", "error_response"]
+__all__ = ["HOP_BY_HOP", "RELAY_BUFFER", "Proxy"]
 
-# Request headers passed to the backend besides x-*: the rest are hop-by-hop or the
-# client's business with the router (Host, Content-Length are recomputed).
-_FORWARD_HEADERS = frozenset({"content-type", "authorization", "accept", "accept-encoding",
-                              "user-agent"})
-# Response headers relayed to the client besides the router's own x-affinity-* tags.
-_RELAY_HEADERS = ("Content-Type", "Content-Encoding")
-_UPSTREAM_ERRORS = (aiohttp.ClientError, asyncio.TimeoutError)
+RELAY_BUFFER = 256 << 10
+# RFC 9110 section 7.6.1 (and the proxy headers of RFC 9110 section 11.7): meaningful for
+# one connection only, never forwarded in either direction. Content-Length and framing
+# are recomputed by the router.
+HOP_BY_HOP = frozenset({b"connection", b"keep-alive", b"proxy-connection", b"te", b"trailer",
+                        b"transfer-encoding", b"upgrade", b"proxy-authenticate",
+                        b"proxy-authorization", b"content-length", b"host", b"expect"})
+_JSON = [(b"content-type", b"application/json")]
+
+# Outcome of one attempt, for the retry loop: done, retry (the request had reached the
+# backend: at most once), replace (a connect error: nothing was sent anywhere).
+_DONE, _RETRY, _REPLACE = 0, 1, 2
+
+Report = Callable[[str, str, int | None], None]  # (backend, kind, status) -> None
 
 
-def error_response(status: int, message: str, kind: str,
-                   headers: dict[str, str] | None = None) -> web.Response:
-    """An OpenAI-style JSON error body."""
-    body = {"error": {"message": message, "type": kind, "code": status}}
-    return web.json_response(body, status=status, headers=headers)
+def _drop_named(headers: list[tuple[bytes, bytes]]) -> frozenset[bytes]:
+    """Header names listed in Connection (hop-by-hop by declaration)."""
+    named: set[bytes] = set()
+    for name, value in headers:
+        if name == b"connection":
+            named.update(part.strip().lower() for part in value.split(b","))
+    return frozenset(named)
 
 
-class _NotSent(Exception):
-    """The connection to the backend failed before any byte of the request was sent."""
-
-    def __init__(self, kind: str, cause: BaseException) -> None:
-        super().__init__(f"{kind}: {cause}")
-        self.kind = kind
+def end_to_end(headers: list[tuple[bytes, bytes]]) -> list[tuple[bytes, bytes]]:
+    named = _drop_named(headers)
+    return [(n, v) for n, v in headers if n not in HOP_BY_HOP and n not in named]
 
 
 class Proxy:
-    def __init__(
-        self,
-        options: RouterOptions,
-        table: RoutingTable,
-        metrics: RouterMetrics,
-        session: Callable[[], aiohttp.ClientSession],
-        backend_failed: Callable[[str, str, bool], None],
-    ) -> None:
+    def __init__(self, options: RouterOptions, table: RoutingTable, metrics: RouterMetrics,
+                 pool: UpstreamPool, report: Report) -> None:
         self.options = options
         self.table = table
         self.metrics = metrics
-        self._session = session
-        self._backend_failed = backend_failed
-        self._timeout = aiohttp.ClientTimeout(
-            total=None, sock_connect=options.connect_timeout, sock_read=options.upstream_timeout
-        )
+        self.pool = pool
+        self._report = report  # the health book: success, 5xx, connect errors, timeouts
 
-    def _headers(self, request: web.Request) -> dict[str, str]:
-        return {
-            name: value for name, value in request.headers.items()
-            if name.lower() in _FORWARD_HEADERS or name.lower().startswith("x-")
-        }
+    def _head(self, request: IncomingRequest, backend: str) -> bytes:
+        _, _, host = self.pool.address(backend)
+        target = request.target  # path and query string exactly as the client sent them
+        parts = [request.method.encode("ascii"), b" ", target, b" HTTP/1.1\r\nhost: ",
+                 host, b"\r\n"]
+        forwarded = request.client.encode("latin-1")
+        named = _drop_named(request.headers)
+        for name, value in request.headers:
+            if name in HOP_BY_HOP or name in named:
+                continue
+            if name == b"x-forwarded-for":  # appended, never trusted or replaced
+                forwarded = value + b", " + forwarded
+                continue
+            parts += (name, b": ", value, b"\r\n")
+        if forwarded:
+            parts += (b"x-forwarded-for: ", forwarded, b"\r\n")
+        parts.append(b"content-length: %d\r\n\r\n" % len(request.body))
+        return b"".join(parts)
 
-    async def forward(
-        self, request: web.Request, body: bytes | None, key: str | None, started: float
-    ) -> web.StreamResponse:
-        """Route, relay and release; ``started`` is ``perf_counter()`` at arrival."""
-        last_failure = ""
-        for attempt in (0, 1):
-            lease = self.table.acquire(key)
-            if not isinstance(lease, Lease):
-                message = lease.message
-                if last_failure:
-                    message += f" (after {last_failure})"
-                return error_response(503, message, "no_backend_available")
-            overhead = time.perf_counter() - started
-            failed_kind = ""
-            try:
-                return await self._relay(request, body, lease, attempt)
-            except _NotSent as failure:
-                failed_kind = failure.kind
-                last_failure = f"{failure.kind} on {lease.server_id}"
-            finally:
-                release_start = time.perf_counter()
-                self.table.release(lease)
-                overhead += time.perf_counter() - release_start
-                self.metrics.overhead.observe(overhead)
-            # Not sent: release happened above, now take the backend out of the pool.
-            self._backend_failed(lease.server_id, failed_kind, True)
-            if attempt == 0:
+    async def forward(self, request: IncomingRequest, key: str | None) -> int:
+        """Route, relay and release; returns the status the client got (499: it left)."""
+        client = request.connection
+        lease = self.table.acquire(key)
+        if not isinstance(lease, Lease):
+            client.respond(503, error_body(503, lease.message, "no_backend_available"), _JSON)
+            return 503
+        measured = False
+        held: Lease | None = None
+        retried = False  # the one retry after the request reached a backend is used
+        try:
+            for tries in range(len(self.table.servers) + 1):
+                outcome, status, measured = await self._attempt(
+                    request, lease, retried, tries, measured)
+                if outcome == _DONE:
+                    return status
+                retried = retried or outcome == _RETRY
+                # Retry: acquire while the failed lease is held (the core sees the failed
+                # backend busier); keep the key only if the failure took it out of the pool.
                 self.metrics.retries.inc()
-                started = time.perf_counter()
-        return error_response(
-            502, f"no backend accepted the request: {last_failure}; retried once",
-            "upstream_unavailable",
-        )
-
-    async def _relay(
-        self, request: web.Request, body: bytes | None, lease: Lease, attempt: int
-    ) -> web.StreamResponse:
-        sid = lease.server_id
-        url = sid + request.rel_url.path
-        tags = {"x-affinity-backend": sid, "x-affinity-path": lease.path}
-        if attempt:
-            tags["x-affinity-retried"] = "1"
-        try:
-            upstream = await self._session().request(
-                request.method, url, data=body, headers=self._headers(request),
-                timeout=self._timeout, allow_redirects=False,
-            )
-        except (aiohttp.ClientConnectorError, aiohttp.ConnectionTimeoutError) as exc:
-            kind = "connect_timeout" if isinstance(exc, asyncio.TimeoutError) else "refused"
-            raise _NotSent(kind, exc) from exc
-        except asyncio.TimeoutError:
-            self._backend_failed(sid, "timeout", True)
-            return error_response(504, f"backend {sid} did not answer within "
-                                  f"{self.options.upstream_timeout:g} s", "upstream_timeout",
-                                  tags)
-        except aiohttp.ClientError as exc:
-            self._backend_failed(sid, "disconnected", False)
-            return error_response(502, f"backend {sid} failed before responding: {exc!r}",
-                                  "upstream_error", tags)
-        try:
-            content_type = upstream.headers.get("Content-Type", "")
-            if content_type.startswith("text/event-stream"):
-                return await self._relay_stream(request, upstream, sid, tags)
-            return await self._relay_whole(upstream, sid, tags)
+                retry_key = None if self.table.is_active(lease.server_id) else key
+                retry = self.table.acquire(retry_key)
+                held, lease = lease, retry if isinstance(retry, Lease) else lease
+                self.table.release(held)
+                held = None
+                if not isinstance(retry, Lease):
+                    client.respond(503, error_body(503, retry.message + " (retrying after a "
+                                                   "backend failure)", "no_backend_available"),
+                                   _JSON)
+                    return 503
+            raise AssertionError("unreachable: every backend refused yet one stayed routable")
         finally:
-            upstream.release()
+            if held is not None:
+                self.table.release(held)
+            self.table.release(lease)
 
-    async def _relay_whole(
-        self, upstream: aiohttp.ClientResponse, sid: str, tags: dict[str, str]
-    ) -> web.StreamResponse:
+    async def _attempt(self, request: IncomingRequest, lease: Lease, retried: bool,
+                       tries: int, measured: bool) -> tuple[int, int, bool]:
+        sid = lease.server_id
+        client = request.connection
+        tags = [(b"x-affinity-backend", sid.encode()), (b"x-affinity-path", lease.path.encode())]
+        if tries:
+            tags.append((b"x-affinity-retried", b"%d" % tries))
+        # Retry only where another backend could take it: a retry the core must place on
+        # the same backend again would just double the failure.
+        last = retried or not any(s != sid for s in self.table.active)
         try:
-            data = await upstream.read()
-        except _UPSTREAM_ERRORS as exc:
-            timed_out = isinstance(exc, asyncio.TimeoutError)
-            self._backend_failed(sid, "timeout" if timed_out else "mid_stream", timed_out)
-            return error_response(
-                504 if timed_out else 502,
-                f"backend {sid} failed while sending its response: {exc!r}", "upstream_error",
-                tags)
-        headers = dict(tags)
-        for name in _RELAY_HEADERS:
-            if name in upstream.headers:
-                headers[name] = upstream.headers[name]
-        return web.Response(status=upstream.status, body=data, headers=headers)
+            upstream = await self.pool.connect(sid)
+        except ConnectFailed as exc:
+            # Nothing was sent: try the next backend without using the retry. Release
+            # first, then count the failure toward ejection, so a refusing backend leaves
+            # the pool with no lease of this request open on it.
+            self.table.release(lease)
+            self._report(sid, exc.kind, None)
+            if tries < len(self.table.servers) and any(s != sid for s in self.table.active):
+                return _REPLACE, 0, measured
+            return self._fail(client, 502, f"no backend accepted the request: {exc}"
+                              + (f" (tried {tries + 1} backends)" if tries else ""),
+                              "upstream_unavailable", tags), 502, measured
+        try:
+            upstream.send(self._head(request, sid), request.body, self.options.upstream_timeout)
+            if not measured:
+                self.metrics.overhead.observe(time.perf_counter() - request.received_at)
+                measured = True
+            try:
+                await upstream.head()
+            except UpstreamTimeout as exc:
+                self._report(sid, exc.kind, None)
+                return self._fail(client, 504, f"backend {sid} did not answer within "
+                                  f"{self.options.upstream_timeout:g} s", "upstream_timeout",
+                                  tags), 504, measured
+            except UpstreamClosed as exc:
+                stale = upstream.reused and not exc.received
+                if not stale:
+                    self._report(sid, exc.kind, None)
+                if stale and tries == 0:  # a keep-alive the backend had just closed
+                    return _REPLACE, 0, measured
+                if not last:
+                    return _RETRY, 0, measured
+                return self._fail(client, 502, f"backend {sid} failed before responding: {exc}",
+                                  "upstream_error", tags), 502, measured
+            status = upstream.status
+            if status >= 500 and not last:
+                self._report(sid, "5xx", status)
+                return _RETRY, 0, measured
+            self._report(sid, "5xx" if status >= 500 else "ok", status)
+            await self._relay(client, upstream, sid, status, tags)
+            return _DONE, status, measured
+        finally:
+            upstream.done()
 
-    async def _relay_stream(
-        self, request: web.Request, upstream: aiohttp.ClientResponse, sid: str,
-        tags: dict[str, str],
-    ) -> web.StreamResponse:
-        headers = {**tags, "Cache-Control": "no-cache"}
-        for name in _RELAY_HEADERS:
-            if name in upstream.headers:
-                headers[name] = upstream.headers[name]
-        response = web.StreamResponse(status=upstream.status, headers=headers)
-        await response.prepare(request)
-        chunks = upstream.content.iter_any().__aiter__()
+    def _fail(self, client: ClientConnection, status: int, message: str, kind: str,
+              tags: list[tuple[bytes, bytes]]) -> int:
+        client.respond(status, error_body(status, message, kind), _JSON + tags)
+        return _DONE
+
+    async def _relay(self, client: ClientConnection, upstream: UpstreamConnection, sid: str,
+                     status: int, tags: list[tuple[bytes, bytes]]) -> None:
+        headers = end_to_end(upstream.headers) + tags
+        streaming = any(n == b"content-type" and v.startswith(b"text/event-stream")
+                        for n, v in upstream.headers)
+        if streaming:
+            await self._relay_stream(client, upstream, sid, status, headers)
+            return
+        # Hold up to RELAY_BUFFER: a small body goes out in one write with its length.
+        held: list[bytes] = []
+        size = 0
+        try:
+            while size <= RELAY_BUFFER:
+                data = await upstream.read()
+                if not data:
+                    body = b"".join(held)
+                    client.respond(status, body, headers)
+                    return
+                held.append(data)
+                size += len(data)
+        except UpstreamError as exc:
+            timed_out = isinstance(exc, UpstreamTimeout)
+            self._report(sid, exc.kind, None)
+            self._fail(client, 504 if timed_out else 502,
+                       f"backend {sid} failed while sending its response: {exc}",
+                       "upstream_error", tags)
+            return
+        length = next((int(v) for n, v in upstream.headers
+                       if n == b"content-length" and v.strip().isdigit()), None)
+        client.start_response(status, headers, length)
+        try:
+            data = b"".join(held)
+            while data:
+                waiting = client.send(data)
+                if waiting is not None:
+                    await waiting
+                data = await upstream.read()
+        except UpstreamError as exc:
+            self._report(sid, exc.kind, None)
+            client.abort()  # the head is out: cut the body so the client sees it is short
+            return
+        client.finish()
+
+    async def _relay_stream(self, client: ClientConnection, upstream: UpstreamConnection,
+                            sid: str, status: int, headers: list[tuple[bytes, bytes]]) -> None:
+        client.start_response(status, headers, None)
         tail = b"\n\n"
-        failure: BaseException | None = None
-        while True:
-            try:
-                chunk = await chunks.__anext__()
-            except StopAsyncIteration:
-                break
-            except _UPSTREAM_ERRORS as exc:
-                failure = exc
-                break
-            try:
-                await response.write(chunk)
-            except (ConnectionResetError, aiohttp.ClientConnectionResetError):
-                self.metrics.client_disconnects.inc()
-                return response
-            tail = (tail + chunk)[-2:]
-        if failure is not None:
-            timed_out = isinstance(failure, asyncio.TimeoutError)
-            self._backend_failed(sid, "timeout" if timed_out else "mid_stream", timed_out)
-            error: dict[str, Any] = {"error": {
-                "message": f"backend {sid} failed mid-stream ({failure!r}); "
-                           "the response is incomplete",
-                "type": "upstream_error", "code": 502,
-            }}
+        try:
+            while True:
+                data = await upstream.read()
+                if not data:
+                    break
+                waiting = client.send(data)
+                if waiting is not None:
+                    await waiting
+                tail = (tail + data)[-2:]
+        except UpstreamError as exc:
+            self._report(sid, exc.kind, None)
+            error = {"error": {"message": f"backend {sid} failed mid-stream ({exc}); the "
+                               "response is incomplete", "type": "upstream_error",
+                               "code": 502}}
             # Terminate a half-relayed event first so the error is an event of its own.
             prefix = b"" if tail == b"\n\n" else b"\n\n"
-            try:
-                await response.write(prefix + b"data: " + json.dumps(error).encode() + b"\n\n")
-            except (ConnectionResetError, aiohttp.ClientConnectionResetError):
-                self.metrics.client_disconnects.inc()
-                return response
-        await response.write_eof()
-        return response
+            client.send(prefix + b"data: " + json.dumps(error).encode() + b"\n\n")
+        client.finish()

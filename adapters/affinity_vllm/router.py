@@ -2,27 +2,36 @@
 
 Theory of operation
 -------------------
-aiohttp serves the client side and one shared aiohttp ``ClientSession`` (keep-alive
-connection pool) talks to the backends. The pieces:
+One process, one event loop (uvloop when installed), one thread. The pieces:
 
+* :class:`~affinity_vllm.http1.HttpServer` -- the client side (asyncio protocols and
+  httptools; limits, read timeouts, client abandonment);
 * :class:`~affinity_vllm.routing.RoutingTable` -- the only routing state; every decision
   and pool change is an ``affinity_core`` event, optionally written to a decision log;
-* :class:`~affinity_vllm.proxy.Proxy` -- acquire, relay (SSE chunk by chunk), release;
-* :class:`~affinity_vllm.monitor.Monitor` -- health checks (pool membership) and the
-  optional /metrics scrape that feeds ``ObserveLoads``;
+* :class:`~affinity_vllm.proxy.Proxy` -- acquire, relay, release, retry once;
+* :class:`~affinity_vllm.upstream.UpstreamPool` -- pooled keep-alive connections to the
+  backends;
+* :mod:`~affinity_vllm.health` -- per-backend health states (passive outlier detection,
+  active checks) whose pool changes become ``RemoveServers`` / ``AddServers``;
+* :class:`~affinity_vllm.monitor.Monitor` -- the active health checks and the optional
+  /metrics scrape that feeds ``ObserveLoads``;
 * :class:`~affinity_vllm.observability.RouterMetrics` -- /metrics and /status.
 
-Request handling, in order: the HTTP parser refuses oversized header lines and fields
-(``max_header_bytes``, at most :data:`MAX_HEADERS` headers) before a handler runs; the
-handler refuses a body over ``max_body_bytes`` (413), a body that is not a JSON object
-(400) and a bad session key (400); only then does it acquire. Unknown paths get 404 and
-wrong methods 405, all as JSON errors. An unexpected exception in a handler becomes a
-500 for that request; the server keeps running, and because release is in a
-``finally`` no count leaks.
+**Why the decision stays single-writer and exact.** Every core event is applied by
+``RoutingTable.apply`` on the event loop thread, and ``step`` never awaits, so events
+are totally ordered without locks, in the order the decision log records them. Worker
+processes would each need the shared state for every decision (a round trip to one
+owner per acquire and per release), which on a 2-core machine costs more than the whole
+HTTP path they would parallelise; the router is fast enough single-threaded instead
+(``benchmarks/README.md``).
 
-The session key is the ``session_header`` (default ``x-session-id``, as vllm-router) or,
-when absent, the JSON body field ``session_body_field``. A request without a key is
-routed least-loaded and never pinned.
+Request handling, in order: the HTTP layer refuses oversized or malformed requests
+(400/413/408); the handler refuses a body that is not a JSON object (400) and a bad
+session key (400); only then does it acquire. Unknown paths get 404 and wrong methods
+405, all as JSON errors. An unexpected exception becomes a 500 for that request (and
+one log line with its traceback); the server keeps running, and because release is in
+a ``finally`` no count leaks. A client that leaves is a 499 in ``requests_total``,
+never a 500.
 """
 
 from __future__ import annotations
@@ -36,15 +45,17 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 import aiohttp
-from aiohttp import web
 
-from affinity_conformance.decision_log import DecisionLogWriter
+from affinity_runtime.decision_log import DecisionLogWriter
 
+from .health import BackendHealth, HealthPolicy, PoolChange
+from .http1 import HttpServer, IncomingRequest, ServerLimits, error_body
 from .monitor import Monitor
 from .observability import RouterMetrics
 from .options import RouterOptions
-from .proxy import Proxy, error_response
+from .proxy import Proxy
 from .routing import RoutingTable
+from .upstream import UpstreamPool
 
 __all__ = ["MAX_HEADERS", "MAX_SESSION_KEY_CHARS", "MODELS_KEY", "Router", "serve_forever"]
 
@@ -55,8 +66,9 @@ MAX_SESSION_KEY_CHARS = 1024
 MODELS_KEY = "GET /v1/models"
 ROUTES = ("POST /v1/completions", "POST /v1/chat/completions", "GET /v1/models",
           "GET /metrics", "GET /status", "GET /health")
-
-Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+_JSON = [(b"content-type", b"application/json")]
+_TEXT = [(b"content-type", b"text/plain; version=0.0.4; charset=utf-8"),
+         (b"x-content-type-options", b"nosniff")]
 
 
 class BadRequest(Exception):
@@ -65,24 +77,42 @@ class BadRequest(Exception):
         self.status, self.message, self.kind = status, message, kind
 
 
+Handler = Callable[[IncomingRequest], Awaitable[int]]
+
+
 class Router:
     def __init__(self, options: RouterOptions) -> None:
         self.options = options
-        decision_log = None
-        if options.decision_log:
-            decision_log = DecisionLogWriter(
-                options.decision_log, max_bytes=options.decision_log_max_bytes)
-        self.table = RoutingTable(options.core_config(), options.backends, seed=options.seed,
-                                  decision_log=decision_log)
+        self.table = RoutingTable(options.core_config(), options.backends, seed=options.seed)
         self.metrics = RouterMetrics(self.table)
+        policy = HealthPolicy(eject_5xx=options.eject_5xx,
+                              eject_connect_errors=options.eject_connect_errors,
+                              ejection_base=options.ejection_base,
+                              ejection_max=options.ejection_max)
+        self.health = {sid: BackendHealth(policy) for sid in options.backends}
+        self.metrics.health = self.health
+        self.pool = UpstreamPool(options.connect_timeout)
+        self.proxy = Proxy(options, self.table, self.metrics, self.pool, self.report)
         self._session: aiohttp.ClientSession | None = None
-        self.proxy = Proxy(options, self.table, self.metrics, self.session, self.backend_failed)
-        self.monitor = Monitor(options, self.table, self.metrics, self.session,
-                               self.backend_failed)
-        self._runner: web.AppRunner | None = None
+        self.monitor = Monitor(options, self.table, self.metrics, self.session, self.probed)
+        self.server = HttpServer(self.handle, ServerLimits(
+            max_header_bytes=options.max_header_bytes, max_headers=MAX_HEADERS,
+            max_body_bytes=options.max_body_bytes, header_timeout=options.header_timeout,
+            body_timeout=options.body_timeout, idle_timeout=options.idle_timeout,
+            max_connections=options.max_connections),
+            on_refused=self._refused, client_gone=self._client_gone)
         self.port: int | None = None
         self.active_requests = 0
-        self.app = self._build_app()
+        self._routes: dict[tuple[str, str], tuple[str, Handler]] = {
+            ("POST", "/v1/completions"): ("/v1/completions", self._generate),
+            ("POST", "/v1/chat/completions"): ("/v1/chat/completions", self._generate),
+            ("GET", "/v1/models"): ("/v1/models", self._models),
+            ("GET", "/metrics"): ("/metrics", self._metrics),
+            ("GET", "/status"): ("/status", self._status),
+            ("GET", "/health"): ("/health", self._health),
+        }
+        self._paths = {path: sorted(m for m, p in self._routes if p == path)
+                       for _, path in self._routes}
 
     # -------------------------------------------------------------- lifecycle
     def session(self) -> aiohttp.ClientSession:
@@ -92,106 +122,157 @@ class Router:
 
     async def start(self) -> int:
         """Bind and start serving; returns the bound port (useful with port 0)."""
-        # Bodies pass through as bytes: no decompression (the client's Accept-Encoding is
-        # forwarded and the backend's Content-Encoding relayed), no cookies, no env proxies.
+        self.pool.loop = asyncio.get_running_loop()
+        self.port = await self.server.start(self.options.host, self.options.port)
+        try:
+            self._open_decision_log()  # only once the port is ours
+        except OSError:  # DecisionLogLocked: another writer has the path; nothing changed
+            self.server.stop_listening()
+            self.server.abort_all()
+            raise
         self._session = aiohttp.ClientSession(
-            connector=aiohttp.TCPConnector(limit=0, limit_per_host=0, ttl_dns_cache=300),
-            cookie_jar=aiohttp.DummyCookieJar(), auto_decompress=False, trust_env=False,
-            skip_auto_headers=("Accept-Encoding", "User-Agent"))
-        self._runner = web.AppRunner(self.app, access_log=None)
-        await self._runner.setup()
-        site = web.TCPSite(self._runner, self.options.host, self.options.port)
-        await site.start()
-        self.port = int(self._runner.addresses[0][1])
+            connector=aiohttp.TCPConnector(limit=0, limit_per_host=0),
+            cookie_jar=aiohttp.DummyCookieJar(), trust_env=False)
         self.monitor.start()
         return self.port
 
-    async def stop(self) -> None:
+    def _open_decision_log(self) -> None:
+        """The one place that opens the decision log (after the port is bound)."""
+        if self.options.decision_log:
+            self.table.attach_log(DecisionLogWriter(
+                self.options.decision_log, max_bytes=self.options.decision_log_max_bytes),
+                required=self.options.require_decision_log)
+            log.info("decision log %s (locked by this router; write failures %s)",
+                     self.options.decision_log, "refuse routing"
+                     if self.options.require_decision_log else "are reported, routing goes on")
+
+    async def stop(self, grace: float = 0.0) -> None:
+        """Stop accepting, let open requests finish for ``grace`` seconds, then cancel
+        the rest (each releases its lease as it unwinds) and close everything."""
+        self.server.stop_listening()
+        self.server.close_idle()
+        deadline = time.monotonic() + grace
+        next_note = time.monotonic()
+        while self.active_requests and time.monotonic() < deadline:
+            if time.monotonic() >= next_note:
+                log.info("shutdown: %d requests still open, %.1f s of grace left",
+                         self.active_requests, deadline - time.monotonic())
+                next_note += 1.0
+            await asyncio.sleep(0.05)
+        if self.active_requests:
+            log.warning("shutdown: grace of %g s over; cancelling %d open requests",
+                        grace, self.active_requests)
+        tasks = [c.task for c in list(self.server.connections) if c.task is not None]
+        for task in tasks:
+            task.cancel()
+        if tasks:
+            await asyncio.wait(tasks, timeout=2.0)
+        self.server.abort_all()
         await self.monitor.stop()
-        if self._runner is not None:
-            await self._runner.cleanup()
-            self._runner = None
+        self.pool.close()
         if self._session is not None:
             await self._session.close()
             self._session = None
         self.table.close()
+        log.info("shutdown: done; %d requests open", self.active_requests)
 
-    def backend_failed(self, server_id: str, kind: str, remove: bool) -> None:
-        self.metrics.backend_error(server_id, kind)
-        if remove and self.table.remove(server_id):
-            log.warning("backend %s removed from the pool (%s)", server_id, kind)
+    # ----------------------------------------------------------------- health
+    def report(self, sid: str, kind: str, status: int | None) -> None:
+        """An outcome of a proxied request on ``sid`` (from the proxy)."""
+        health = self.health[sid]
+        now = time.monotonic()
+        if status is not None:  # a response: 2xx-4xx succeed, 5xx count toward ejection
+            if status >= 500:
+                self.metrics.backend_error(sid, "5xx")
+            others = any(s != sid for s in self.table.active)
+            self._pool_change(sid, health.response(status, now, others), f"{status} answers")
+            return
+        self.metrics.backend_error(sid, kind)
+        if kind in ("refused", "connect_timeout"):
+            self._pool_change(sid, health.connect_error(now), kind)
+        # timeouts, disconnects, mid-stream failures: counted, never ejected (the active
+        # check decides whether the backend is dead)
 
-    # -------------------------------------------------------------------- app
-    def _build_app(self) -> web.Application:
-        app = web.Application(
-            client_max_size=self.options.max_body_bytes, middlewares=[self._errors],
-            handler_args={  # the HTTP parser refuses longer header lines and fields
-                "max_line_size": self.options.max_header_bytes,
-                "max_field_size": self.options.max_header_bytes,
-                "max_headers": MAX_HEADERS,
-            })
-        app.router.add_post("/v1/completions", self._generate)
-        app.router.add_post("/v1/chat/completions", self._generate)
-        app.router.add_get("/v1/models", self._models)
-        app.router.add_get("/metrics", self._metrics)
-        app.router.add_get("/status", self._status)
-        app.router.add_get("/health", self._health)
-        return app
+    def probed(self, sid: str, passed: bool) -> None:
+        """The result of an active health check (from the monitor)."""
+        if not passed:
+            self.metrics.backend_error(sid, "health")
+        self._pool_change(sid, self.health[sid].probe(passed, time.monotonic()),
+                          "health check")
 
-    @web.middleware
-    async def _errors(self, request: web.Request, handler: Handler) -> web.StreamResponse:
-        resource = request.match_info.route.resource
-        route = resource.canonical if resource is not None else "unmatched"
+    def _pool_change(self, sid: str, change: PoolChange, why: str) -> None:
+        if change is PoolChange.REMOVE and self.table.remove(sid):
+            self.pool.drop(sid)
+            state = self.health[sid]
+            log.warning("backend %s out of the pool (%s; %s, back-off %.1f s)", sid, why,
+                        state.state.value, state.backoff())
+        elif change is PoolChange.ADD and self.table.add(sid):
+            log.info("backend %s back in the pool (health check passed)", sid)
+
+    def _refused(self, status: int) -> None:
+        self.metrics.requests.inc("unmatched", str(status))
+
+    def _client_gone(self, request: IncomingRequest | None) -> None:
+        self.metrics.client_disconnects.inc()
+
+    # --------------------------------------------------------------- requests
+    async def handle(self, request: IncomingRequest) -> None:
+        route = self._routes.get((request.method, request.path))
+        label = route[0] if route is not None else "unmatched"
+        client = request.connection
         try:
-            response = await handler(request)
+            if route is None:
+                status = self._no_route(request)
+            else:
+                status = await route[1](request)
         except BadRequest as exc:
-            response = error_response(exc.status, exc.message, exc.kind)
-        except web.HTTPNotFound:
-            response = error_response(
-                404, f"no route for {request.method} {request.path}; routes: "
-                + ", ".join(ROUTES), "not_found")
-        except web.HTTPMethodNotAllowed as exc:
-            response = error_response(
-                405, f"{request.method} is not allowed on {request.path}; allowed: "
-                + ", ".join(sorted(exc.allowed_methods)), "method_not_allowed")
-        except web.HTTPException as exc:
-            response = error_response(exc.status, exc.text or exc.reason, "http_error")
+            client.respond(exc.status, error_body(exc.status, exc.message, exc.kind), _JSON)
+            status = exc.status
+        except (asyncio.CancelledError, ConnectionResetError):
+            status = 499  # the client left; its lease was released on the way out
         except Exception:
             log.exception("unhandled error on %s %s", request.method, request.path)
-            response = error_response(500, "internal router error; see the router log",
-                                      "internal_error")
-        self.metrics.requests.inc(route, str(response.status))
-        return response
+            if not client.head_sent:
+                client.respond(500, error_body(500, "internal router error; see the router "
+                                               "log", "internal_error"), _JSON)
+            else:
+                client.abort()
+            status = 500
+        self.metrics.requests.inc(label, str(status))
 
-    async def _read_json(self, request: web.Request) -> tuple[bytes, dict[str, Any]]:
-        limit = self.options.max_body_bytes
-        too_large = BadRequest(413, f"request body exceeds the limit of {limit} bytes "
-                               "(--max-body-bytes)", "request_too_large")
-        if request.content_length is not None and request.content_length > limit:
-            raise too_large
+    def _no_route(self, request: IncomingRequest) -> int:
+        allowed = self._paths.get(request.path)
+        if allowed is None:
+            raise BadRequest(404, f"no route for {request.method} {request.path}; routes: "
+                             + ", ".join(ROUTES), "not_found")
+        raise BadRequest(405, f"{request.method} is not allowed on {request.path}; allowed: "
+                         + ", ".join(allowed), "method_not_allowed")
+
+    def _payload(self, request: IncomingRequest) -> dict[str, Any]:
         try:
-            body = await request.read()
-        except web.HTTPRequestEntityTooLarge:
-            raise too_large from None
-        try:
-            payload = json.loads(body.decode("utf-8"))  # RFC 8259: JSON on the wire is UTF-8
+            payload = json.loads(request.body.decode("utf-8"))  # RFC 8259: UTF-8 on the wire
         except UnicodeDecodeError:
             raise BadRequest(400, "request body is not valid UTF-8 JSON") from None
         except json.JSONDecodeError as exc:
             raise BadRequest(400, f"request body is not valid JSON: {exc.msg} at line "
                              f"{exc.lineno} column {exc.colno}") from None
+        except RecursionError:
+            raise BadRequest(400, "request body is not valid JSON: nested too deeply") from None
         if not isinstance(payload, dict):
             raise BadRequest(400, "request body must be a JSON object, got "
                              f"{type(payload).__name__}")
-        return body, payload
+        return payload
 
-    def _session_key(self, request: web.Request, payload: dict[str, Any]) -> str | None:
+    def _session_key(self, request: IncomingRequest, payload: dict[str, Any]) -> str | None:
         header = self.options.session_header
         key: str | None = None
-        raw = request.headers.get(header)
+        raw = request.header(self._session_header)
         where = f"header {header}"
         if raw is not None and raw.strip():
-            key = raw.strip()
+            try:
+                key = raw.decode("utf-8").strip()
+            except UnicodeDecodeError:
+                raise BadRequest(400, f"session key in {where} is not valid UTF-8") from None
         elif self.options.session_body_field is not None:
             where = f"body field {self.options.session_body_field!r}"
             value = payload.get(self.options.session_body_field)
@@ -211,47 +292,63 @@ class Router:
                              f"{header} header" + (f" or body field {field!r}" if field else ""))
         return key
 
-    async def _generate(self, request: web.Request) -> web.StreamResponse:
-        started = time.perf_counter()
-        body, payload = await self._read_json(request)
-        key = self._session_key(request, payload)
-        return await self._forward(request, body, key, started)
+    @property
+    def _session_header(self) -> bytes:
+        return self.options.session_header.lower().encode("ascii")
 
-    async def _models(self, request: web.Request) -> web.StreamResponse:
+    async def _generate(self, request: IncomingRequest) -> int:
+        payload = self._payload(request)
+        key = self._session_key(request, payload)
+        return await self._forward(request, key)
+
+    async def _models(self, request: IncomingRequest) -> int:
         # A listing is routed like an unkeyed request; full determinism refuses unkeyed
         # acquires, so there it takes one fixed key (one sticky entry, a stable backend).
-        key = MODELS_KEY if self.options.full_determinism else None
-        return await self._forward(request, None, key, time.perf_counter())
+        request.body = b""
+        return await self._forward(request, MODELS_KEY if self.options.full_determinism
+                                   else None)
 
-    async def _forward(self, request: web.Request, body: bytes | None, key: str | None,
-                       started: float) -> web.StreamResponse:
+    async def _forward(self, request: IncomingRequest, key: str | None) -> int:
         if self.active_requests >= self.options.max_concurrency:
             raise BadRequest(503, f"router at its concurrency limit of "
                              f"{self.options.max_concurrency} requests (--max-concurrency)",
                              "overloaded")
         self.active_requests += 1
         try:
-            return await self.proxy.forward(request, body, key, started)
+            return await self.proxy.forward(request, key)
         finally:
             self.active_requests -= 1
 
-    async def _metrics(self, request: web.Request) -> web.StreamResponse:
-        return web.Response(text=self.metrics.render(),
-                            content_type="text/plain", charset="utf-8",
-                            headers={"X-Content-Type-Options": "nosniff"})
+    async def _metrics(self, request: IncomingRequest) -> int:
+        self.metrics.connections = len(self.server.connections)
+        request.connection.respond(200, self.metrics.render().encode(), _TEXT)
+        return 200
 
-    async def _status(self, request: web.Request) -> web.StreamResponse:
-        return web.json_response(self.metrics.status())
+    async def _status(self, request: IncomingRequest) -> int:
+        request.connection.respond(200, json.dumps(self.metrics.status()).encode(), _JSON)
+        return 200
 
-    async def _health(self, request: web.Request) -> web.StreamResponse:
+    async def _health(self, request: IncomingRequest) -> int:
         active = len(self.table.active)
         body = {"status": "ok" if active else "no_backends", "active_backends": active}
-        return web.json_response(body, status=200 if active else 503)
+        status = 200 if active else 503
+        request.connection.respond(status, json.dumps(body).encode(), _JSON)
+        return status
+
+
+def install_uvloop() -> bool:
+    """Use uvloop's event loop when it is installed (the ``vllm`` extra installs it)."""
+    try:
+        import uvloop
+    except ImportError:
+        return False
+    asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())
+    return True
 
 
 async def serve_forever(options: RouterOptions, ready: Callable[[int], None] | None = None
                         ) -> None:
-    """Run until SIGINT or SIGTERM, then stop cleanly."""
+    """Run until SIGINT or SIGTERM, then shut down within ``options.shutdown_grace``."""
     router = Router(options)
     port = await router.start()
     if ready is not None:
@@ -262,5 +359,7 @@ async def serve_forever(options: RouterOptions, ready: Callable[[int], None] | N
         loop.add_signal_handler(sig, stop.set)
     try:
         await stop.wait()
+        log.info("shutdown: signal received; %d requests open, grace %g s",
+                 router.active_requests, options.shutdown_grace)
     finally:
-        await router.stop()
+        await router.stop(options.shutdown_grace)

@@ -22,7 +22,11 @@ event is applied atomically without locks.
 
 Each applied event is written to the decision log (if one is configured) with the
 pre- and post-state, so ``affinity replay`` can re-run the core and compare every
-outcome and state digest. Per-outcome counters feed the /metrics page.
+outcome and state digest. A log that cannot be written is reported (:meth:`log_health`)
+and routing goes on; with ``required`` an acquire is refused instead
+(:class:`LogUnavailable`), and an acquire whose record failed is undone -- the state
+goes back to before it -- so no routed request is missing from the log. Per-outcome
+counters feed the /metrics page.
 """
 
 from __future__ import annotations
@@ -33,7 +37,6 @@ from typing import Any
 
 import attrs
 
-from affinity_conformance.decision_log import DecisionLogWriter
 from affinity_core import (
     Acquire,
     Acquired,
@@ -53,11 +56,23 @@ from affinity_core import (
     status,
     step,
 )
+from affinity_runtime.decision_log import DecisionLogWriter
 
-__all__ = ["DRAW_RANGE", "Lease", "RoutingTable"]
+__all__ = ["DRAW_RANGE", "Lease", "LogUnavailable", "RoutingTable"]
 
 # Tie draws are uniform in [0, DRAW_RANGE); the core reduces them modulo the tie count.
 DRAW_RANGE = 1 << 30
+
+
+class _Unlogged(Exception):
+    """apply() undid an acquire the required decision log did not take."""
+
+
+@attrs.frozen
+class LogUnavailable:
+    """An acquire refused because the required decision log cannot be written."""
+
+    message: str
 
 
 @attrs.define
@@ -85,23 +100,40 @@ class RoutingTable:
         self.servers = tuple(servers)  # every configured backend, active or not
         self.state: State = initial_state(config, self.servers)
         self._rng = random.Random(seed)
-        self._log = decision_log
+        self._log: DecisionLogWriter | None = None
+        self.require_log = False
         if decision_log is not None:
-            decision_log.start(config, self.state)
+            self.attach_log(decision_log)
+        # Requests holding a lease per backend, counted by the router: unlike the core's
+        # in-flight count it includes backends that left the pool with requests running.
+        self.open_requests: dict[str, int] = dict.fromkeys(self.servers, 0)
         self.decisions: dict[str, int] = {}  # acquire path (or "rejected") -> count
         self.release_results: dict[str, int] = {}
         self.pool_changes: dict[str, int] = {"added": 0, "removed": 0}
+
+    def attach_log(self, decision_log: DecisionLogWriter, *, required: bool = False) -> None:
+        """Start writing the decision log from the current state (the router calls this
+        only after its port is bound, so a failed start never touches a log). Raises
+        ``DecisionLogLocked`` when another writer holds the path. ``required``: refuse
+        acquires (:class:`LogUnavailable`) while the log cannot be written."""
+        decision_log.start(self.config, self.state)
+        self._log = decision_log
+        self.require_log = required
 
     # ------------------------------------------------------------------ events
     def apply(self, event: Event) -> Outcome:
         pre = self.state
         transition = step(self.config, pre, event)
         self.state = transition.state
-        if self._log is not None:
-            self._log.record(self.config, pre, event, transition.outcome, transition.state)
+        if self._log is not None and not self._log.record(
+                self.config, pre, event, transition.outcome, transition.state) and (
+                self.require_log and isinstance(event, Acquire)):
+            # --require-decision-log: an acquire the log did not take never happened.
+            self.state = pre
+            raise _Unlogged
         return transition.outcome
 
-    def acquire(self, request_id: str | None) -> Lease | Rejected:
+    def acquire(self, request_id: str | None) -> Lease | Rejected | LogUnavailable:
         request_hash = None
         if self.config.full_determinism and request_id is not None:
             # hash_mode "caller": the core indexes the pool by the caller's hash; the
@@ -109,12 +141,20 @@ class RoutingTable:
             request_hash = stable_hash(request_id)
         event = Acquire(request_id=request_id, tie_draw=self._rng.randrange(DRAW_RANGE),
                         request_hash=request_hash)
-        outcome = self.apply(event)
+        log = self._log
+        if self.require_log and log is not None and not log.ready(self.config, self.state):
+            return self._log_unavailable(log)
+        try:
+            outcome = self.apply(event)
+        except _Unlogged:
+            assert log is not None
+            return self._log_unavailable(log)
         if isinstance(outcome, Rejected):
             self._count(self.decisions, "rejected")
             return outcome
         assert isinstance(outcome, Acquired), outcome
         self._count(self.decisions, outcome.path.value)
+        self.open_requests[outcome.server_id] += 1
         return Lease(outcome.server_id, request_id, outcome.path.value)
 
     def release(self, lease: Lease) -> Released | None:
@@ -122,6 +162,7 @@ class RoutingTable:
         if lease.released:
             return None
         lease.released = True
+        self.open_requests[lease.server_id] -= 1
         outcome = self.apply(Release(server_id=lease.server_id, request_id=lease.request_id))
         assert isinstance(outcome, Released), outcome
         self._count(self.release_results, outcome.result.value)
@@ -171,11 +212,29 @@ class RoutingTable:
         out["configured_servers"] = list(self.servers)
         out["inactive_servers"] = [s for s in self.servers if s not in self.state.pool]
         out["decisions"] = dict(self.decisions)
+        out["decision_log"] = self.log_health()
         return out
+
+    @property
+    def decision_log(self) -> DecisionLogWriter | None:
+        return self._log
+
+    def log_health(self) -> dict[str, Any] | None:
+        """The decision log's health (None without a log); looks for the live file
+        deleted or replaced first, so a scrape of /metrics notices it."""
+        if self._log is None:
+            return None
+        self._log.check()
+        return self._log.health()
 
     def close(self) -> None:
         if self._log is not None:
             self._log.close()
+
+    def _log_unavailable(self, log: DecisionLogWriter) -> LogUnavailable:
+        self._count(self.decisions, "no_log")
+        return LogUnavailable(f"decision log unavailable ({log.problem}); "
+                              "--require-decision-log refuses to route without it")
 
     @staticmethod
     def _count(table: dict[str, int], key: str) -> None:

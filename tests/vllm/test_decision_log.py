@@ -54,7 +54,7 @@ def replay(path: Path) -> tuple[int, dict[str, int]]:
 
 async def _workload(path: Path, max_bytes: int) -> None:
     async with fleet(2, margin=0, decision_log=str(path), decision_log_max_bytes=max_bytes,
-                     health_timeout=0.3, stub={"delay": 0.05}) as f:
+                     health_timeout=0.3, ejection_base=0.05, stub={"delay": 0.05}) as f:
         a, b = f.router.table.servers
         await asyncio.gather(*(f.complete(f"s{i % 5}") for i in range(20)))
         await asyncio.gather(*(f.complete(None) for _ in range(5)))
@@ -65,6 +65,7 @@ async def _workload(path: Path, max_bytes: int) -> None:
         await f.stub_at(b).set_fault("refuse")
         await asyncio.gather(*(f.complete(f"s{i}") for i in range(5)))
         await f.stub_at(b).set_fault("none")
+        await asyncio.sleep(0.06)  # the ejection back-off, then a passing check re-adds
         await f.router.monitor.check_health()
         await wait_until(lambda: f.router.table.is_active(b))
         await asyncio.gather(*(f.complete(f"s{i}") for i in range(5)))

@@ -22,7 +22,7 @@ async def _pinned(f: Fleet, key: str) -> tuple[str, str]:
 
 def test_refused_connection_removes_backend_retries_once_and_repins() -> None:
     async def scenario() -> None:
-        async with fleet(2, health_interval=0.1, health_timeout=0.5) as f:
+        async with fleet(2, health_interval=0.1, health_timeout=0.5, ejection_base=0.2) as f:
             home, other = await _pinned(f, "s")
             await f.stub_at(home).set_fault("refuse")  # health checks run every 0.1 s
             reply = await f.complete("s")
@@ -45,18 +45,21 @@ def test_refused_connection_removes_backend_retries_once_and_repins() -> None:
     run(scenario())
 
 
-def test_hung_backend_times_out_is_removed_and_readded_when_healthy() -> None:
+def test_hung_backend_times_out_and_only_the_health_check_removes_it() -> None:
     async def scenario() -> None:
         async with fleet(2, upstream_timeout=0.4, health_timeout=0.3) as f:
             home, other = await _pinned(f, "s")
             await f.stub_at(home).set_fault("hang")
             reply = await f.complete("s")
-            # sent, then silence: no retry (the backend may have acted), 504, removal
+            # sent, then silence: no retry (the backend may be working on it), 504, and a
+            # slow request is not a dead backend: no ejection
             assert reply.status == 504, reply.body
             assert "did not answer" in reply.body["error"]["message"]
-            assert not f.router.table.is_active(home)
+            assert f.router.table.is_active(home)
             assert f.router.metrics.backend_errors.get(home, "timeout") == 1
             f.assert_idle()
+            await f.router.monitor.check_health()  # /health hangs too: that removes it
+            assert not f.router.table.is_active(home)
             moved = await f.complete("s")
             assert (moved.backend, moved.path) == (other, "reselected")
             await f.router.monitor.check_health()  # still hanging: stays out
@@ -104,26 +107,35 @@ def test_mid_body_failure_of_a_plain_response_is_a_502() -> None:
     run(scenario())
 
 
-def test_backend_error_status_is_relayed_without_removal() -> None:
+def test_backend_error_status_is_retried_elsewhere_and_relayed_when_alone() -> None:
     async def scenario() -> None:
         async with fleet(2) as f:
-            home, _ = await _pinned(f, "s")
+            home, other = await _pinned(f, "s")
             await f.stub_at(home).set_fault("error")
             reply = await f.complete("s")
+            # retried once, unkeyed, while the failed lease is held: the other backend
+            assert (reply.status, reply.backend) == (200, other), reply.body
+            assert reply.headers.get("x-affinity-retried") == "1"
+            assert f.router.metrics.backend_errors.get(home, "5xx") == 1
+            assert f.router.table.is_active(home)  # one 5xx does not eject (eject_5xx=5)
+            f.assert_idle()
+        async with fleet(1) as f:  # no other backend: the 500 is relayed, not retried
+            await f.stubs[0].set_fault("error")
+            reply = await f.complete("s")
             assert reply.status == 500 and reply.body["error"]["message"] == "injected fault"
-            assert f.router.table.is_active(home)
+            assert f.router.metrics.retries.get() == 0
             f.assert_idle()
     run(scenario())
 
 
 def test_all_backends_refusing_gives_502_then_503_and_no_leak() -> None:
     async def scenario() -> None:
-        async with fleet(2) as f:
+        async with fleet(2, ejection_base=0.05) as f:
             for stub in f.stubs:
                 await stub.set_fault("refuse")
             reply = await f.complete("s")
             assert reply.status == 502, reply.body
-            assert "retried once" in reply.body["error"]["message"]
+            assert "tried 2 backends" in reply.body["error"]["message"]
             assert f.router.table.active == ()
             f.assert_idle()
             nothing = await f.complete("s")
@@ -134,6 +146,7 @@ def test_all_backends_refusing_gives_502_then_503_and_no_leak() -> None:
                 assert resp.status == 503
             for stub in f.stubs:
                 await stub.set_fault("none")
+            await asyncio.sleep(0.06)  # past the ejection back-off
             await f.router.monitor.check_health()
             assert len(f.router.table.active) == 2
             assert (await f.complete("s")).status == 200
@@ -149,8 +162,9 @@ def test_backend_dying_with_requests_in_flight_then_flapping_back() -> None:
             await wait_until(lambda: f.router.table.inflight(home) >= 1, what="in flight")
             await f.stub_at(home).set_fault("refuse")  # kills the open connections
             replies = await asyncio.gather(*tasks)
-            failed = [r for r in replies if r.backend == home]
-            assert failed and all(r.status == 502 for r in failed), replies
+            # closed before any response byte: retried once on the other backend
+            assert all(r.status == 200 and r.backend != home for r in replies), replies
+            assert any(r.headers.get("x-affinity-retried") for r in replies)
             # re-add while nothing is in flight, then route there again
             await f.stub_at(home).set_fault("none")
             await f.router.monitor.check_health()

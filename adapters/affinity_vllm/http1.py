@@ -1,0 +1,468 @@
+"""The router's client side: a lean HTTP/1.1 server on asyncio protocols and httptools.
+
+Theory of operation
+-------------------
+One :class:`ClientConnection` (an :class:`asyncio.Protocol`) per client connection
+feeds the bytes it receives to an ``httptools`` request parser. When a request is
+complete, the connection hands an :class:`IncomingRequest` to the server's handler in a
+new task and answers through :meth:`ClientConnection.start_response`,
+:meth:`~ClientConnection.send` and :meth:`~ClientConnection.finish`. There is no
+per-request framework object, middleware chain or header multidict: the router's own
+cost per request is parsing, one task and a few writes.
+
+**Limits, all refused with the router's JSON error body and the connection closed:**
+
+* the request line and every header field at most ``max_header_bytes``, at most
+  ``max_headers`` fields, the whole header section at most ``max_headers *
+  max_header_bytes`` (400);
+* a body above ``max_body_bytes`` (413, from Content-Length before reading it, or
+  while reading a chunked body);
+* a request whose headers are not complete ``header_timeout`` seconds after its first
+  byte, or whose body is not complete ``body_timeout`` seconds after its headers
+  (408) -- half-written requests cannot hold a connection;
+* a connection idle between requests for ``idle_timeout`` seconds is closed;
+* connections beyond ``max_connections`` get 503 and are closed at once;
+* bytes the parser cannot read (400).
+
+**Client abandonment.** While a handler runs, the connection keeps reading, so a close
+or reset by the client is seen at once: ``connection_lost`` (or EOF) cancels the
+handler's task. The handler's ``finally`` blocks then release whatever it holds; the
+cancellation reaches the upstream request, whose connection is closed. Pipelined
+requests are parsed as they arrive and queued (reading pauses above
+:data:`PIPELINE_DEPTH` queued requests); each is handled after the previous response
+ended.
+
+**Flow control.** ``send`` returns an awaitable only while the transport's write buffer
+is above its high-water mark (``pause_writing``), so a slow client slows the relay
+instead of growing memory.
+
+Everything runs on the event loop thread; nothing here blocks or holds a lock.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import json
+import time
+from collections.abc import Awaitable, Callable, Coroutine
+from typing import Any, cast
+
+import attrs
+import httptools
+
+__all__ = ["PIPELINE_DEPTH", "ClientConnection", "HttpServer", "IncomingRequest",
+           "ServerLimits", "error_body"]
+
+_REASONS = {200: b"OK", 204: b"No Content", 400: b"Bad Request", 404: b"Not Found",
+            405: b"Method Not Allowed", 408: b"Request Timeout", 413: b"Content Too Large",
+            499: b"Client Closed Request", 500: b"Internal Server Error",
+            502: b"Bad Gateway", 503: b"Service Unavailable", 504: b"Gateway Timeout"}
+PIPELINE_DEPTH = 16
+
+
+def error_body(status: int, message: str, kind: str) -> bytes:
+    """The router's OpenAI-style JSON error body."""
+    return json.dumps({"error": {"message": message, "type": kind, "code": status}}).encode()
+
+
+def status_line(status: int, reason: bytes | None = None) -> bytes:
+    return b"HTTP/1.1 %d %s\r\n" % (status, reason or _REASONS.get(status, b"Status"))
+
+
+@attrs.frozen
+class ServerLimits:
+    max_header_bytes: int = 8190
+    max_headers: int = 128
+    max_body_bytes: int = 8 << 20
+    header_timeout: float = 10.0
+    body_timeout: float = 60.0
+    idle_timeout: float = 75.0
+    max_connections: int = 10000
+
+
+class IncomingRequest:
+    """One parsed request: raw header pairs (names lower-case), the body, timing."""
+
+    __slots__ = ("body", "client", "connection", "headers", "keep_alive", "method", "path",
+                 "query", "received_at", "target", "version")
+
+    def __init__(self, connection: ClientConnection, received_at: float) -> None:
+        self.connection = connection
+        self.received_at = received_at  # perf_counter() at the request's first byte
+        self.method = ""
+        self.target = b""
+        self.path = ""
+        self.query = b""
+        self.version = "1.1"
+        self.headers: list[tuple[bytes, bytes]] = []
+        self.body = b""
+        self.keep_alive = True
+        self.client = connection.peer
+
+    def header(self, name: bytes) -> bytes | None:
+        """The first value of a header (``name`` lower-case), or None."""
+        for key, value in self.headers:
+            if key == name:
+                return value
+        return None
+
+
+class _Refuse(Exception):
+    def __init__(self, status: int, message: str, kind: str) -> None:
+        super().__init__(message)
+        self.status, self.message, self.kind = status, message, kind
+
+
+Handler = Callable[[IncomingRequest], Coroutine[Any, Any, None]]
+
+
+class ClientConnection(asyncio.Protocol):
+    def __init__(self, server: HttpServer) -> None:
+        self.server = server
+        self.limits = server.limits
+        self.loop = server.loop
+        self.transport: asyncio.Transport | None = None
+        self.peer = ""
+        self.parser = httptools.HttpRequestParser(self)
+        self.parsing: IncomingRequest | None = None  # the request being read
+        self.request: IncomingRequest | None = None  # the request being answered
+        self.queue: collections.deque[IncomingRequest] = collections.deque()
+        self.task: asyncio.Task[None] | None = None
+        self.closed = False
+        self.responding = False  # a response is in progress (a handler runs)
+        self.head_sent = False
+        self.chunked = False
+        self._body: list[bytes] = []
+        self._body_size = 0
+        self._head_size = 0
+        self._url_size = 0
+        self._headers_done = True
+        self._reading_paused = False
+        self._timer: asyncio.TimerHandle | None = None
+        self._drain: asyncio.Future[None] | None = None
+        self._write_paused = False
+
+    # ------------------------------------------------------------ transport
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = cast(asyncio.Transport, transport)  # uvloop's is not a subclass
+        peer = transport.get_extra_info("peername")
+        self.peer = str(peer[0]) if isinstance(peer, tuple) and peer else ""
+        self.server.connections.add(self)
+        if len(self.server.connections) > self.limits.max_connections:
+            self.server.refused_connections += 1
+            self._refuse(_Refuse(503, f"router at its connection limit of "
+                                 f"{self.limits.max_connections} (--max-connections)",
+                                 "overloaded"))
+            return
+        self._arm(self.limits.idle_timeout, self._idle_expired)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.closed = True
+        self.server.connections.discard(self)
+        self._disarm()
+        if self._drain is not None and not self._drain.done():
+            self._drain.set_exception(ConnectionResetError("client went away"))
+        if self.task is not None and not self.task.done():
+            self.server.client_gone(self.request)
+            self.task.cancel()
+
+    def eof_received(self) -> bool | None:
+        # A client that half-closes while its request runs has gone (as for nginx).
+        if self.task is not None and not self.task.done():
+            self.server.client_gone(self.request)
+            self.task.cancel()
+        return None  # close the transport
+
+    def pause_writing(self) -> None:
+        self._write_paused = True
+
+    def resume_writing(self) -> None:
+        self._write_paused = False
+        if self._drain is not None and not self._drain.done():
+            self._drain.set_result(None)
+        self._drain = None
+
+    def data_received(self, data: bytes) -> None:
+        self._feed(data)
+
+    def _feed(self, data: bytes) -> None:
+        try:
+            if not self._headers_done:
+                self._head_size += len(data)
+            self.parser.feed_data(data)
+            if not self._headers_done and self._head_size > (
+                    self.limits.max_headers * self.limits.max_header_bytes):
+                raise _Refuse(400, "request header section exceeds "
+                              f"{self.limits.max_headers * self.limits.max_header_bytes} bytes",
+                              "invalid_request_error")
+        except _Refuse as refusal:
+            self._refuse(refusal)
+        except httptools.HttpParserUpgrade:
+            self._refuse(_Refuse(400, "protocol upgrades are not supported",
+                                 "invalid_request_error"))
+        except httptools.HttpParserError as exc:
+            cause = exc.__context__ if isinstance(exc.__context__, _Refuse) else None
+            if cause is not None:
+                self._refuse(cause)
+            else:
+                self._refuse(_Refuse(400, f"malformed HTTP request: {exc}",
+                                     "invalid_request_error"))
+
+    # ------------------------------------------------------ parser callbacks
+    def on_message_begin(self) -> None:
+        self.parsing = IncomingRequest(self, time.perf_counter())
+        self._headers_done = False
+        self._head_size = 0
+        self._url_size = 0
+        self._body = []
+        self._body_size = 0
+        self._arm(self.limits.header_timeout, self._read_expired)
+
+    def on_url(self, url: bytes) -> None:
+        assert self.parsing is not None
+        self._url_size += len(url)
+        if self._url_size > self.limits.max_header_bytes:
+            raise _Refuse(400, f"request line: got more than {self.limits.max_header_bytes} "
+                          "bytes (--max-header-bytes)", "invalid_request_error")
+        self.parsing.target += url
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        assert self.parsing is not None
+        headers = self.parsing.headers
+        if len(name) + len(value) > self.limits.max_header_bytes:
+            raise _Refuse(400, f"header field {name[:64]!r}: got more than "
+                          f"{self.limits.max_header_bytes} bytes (--max-header-bytes)",
+                          "invalid_request_error")
+        if len(headers) >= self.limits.max_headers:
+            raise _Refuse(400, f"more than {self.limits.max_headers} request headers",
+                          "invalid_request_error")
+        headers.append((name.lower(), value))
+
+    def on_headers_complete(self) -> None:
+        request = self.parsing
+        assert request is not None
+        self._headers_done = True
+        request.method = self.parser.get_method().decode("ascii", "replace")
+        request.version = self.parser.get_http_version()
+        try:
+            parsed = httptools.parse_url(request.target)
+        except httptools.HttpParserInvalidURLError:
+            raise _Refuse(400, "malformed request target", "invalid_request_error") from None
+        request.path = (parsed.path or b"/").decode("latin-1")
+        request.query = parsed.query or b""
+        length = request.header(b"content-length")
+        if length is not None and length.strip().isdigit() and (
+                int(length) > self.limits.max_body_bytes):
+            raise _Refuse(413, f"request body exceeds the limit of "
+                          f"{self.limits.max_body_bytes} bytes (--max-body-bytes)",
+                          "request_too_large")
+        if request.header(b"expect") == b"100-continue" and self.transport is not None:
+            self.transport.write(b"HTTP/1.1 100 Continue\r\n\r\n")
+        self._arm(self.limits.body_timeout, self._read_expired)
+
+    def on_body(self, body: bytes) -> None:
+        self._body_size += len(body)
+        if self._body_size > self.limits.max_body_bytes:
+            raise _Refuse(413, f"request body exceeds the limit of "
+                          f"{self.limits.max_body_bytes} bytes (--max-body-bytes)",
+                          "request_too_large")
+        self._body.append(body)
+
+    def on_message_complete(self) -> None:
+        request = self.parsing
+        assert request is not None
+        self.parsing = None
+        self._disarm()
+        request.body = b"".join(self._body) if len(self._body) != 1 else self._body[0]
+        self._body = []
+        request.keep_alive = self.parser.should_keep_alive()
+        self.queue.append(request)
+        if len(self.queue) >= PIPELINE_DEPTH and self.transport is not None:
+            self.transport.pause_reading()
+            self._reading_paused = True
+        if not self.responding:
+            self._next()
+
+    def _next(self) -> None:
+        request = self.queue.popleft()
+        self.request = request
+        self.responding = True
+        self.head_sent = False
+        self.task = self.loop.create_task(self.server.handler(request))
+        self.task.add_done_callback(self._handler_done)
+
+    # ------------------------------------------------------------- responses
+    def start_response(self, status: int, headers: list[tuple[bytes, bytes]],
+                       content_length: int | None, body: bytes = b"") -> None:
+        """Send the status line and headers (and ``body``, in the same write);
+        ``content_length`` None means chunked."""
+        if self.transport is None or self.closed:
+            return
+        request = self.request
+        keep = request is not None and request.keep_alive
+        parts = [status_line(status)]
+        for name, value in headers:
+            parts += (name, b": ", value, b"\r\n")
+        if content_length is not None:
+            parts.append(b"content-length: %d\r\n" % content_length)
+            self.chunked = False
+        elif request is not None and request.version == "1.0":
+            keep = False  # an HTTP/1.0 client reads to the close
+            self.chunked = False
+        else:
+            parts.append(b"transfer-encoding: chunked\r\n")
+            self.chunked = True
+        if not keep:
+            parts.append(b"connection: close\r\n")
+            if request is not None:
+                request.keep_alive = False
+        parts += (b"\r\n", body)
+        self.transport.write(b"".join(parts))
+        self.head_sent = True
+
+    def send(self, data: bytes) -> Awaitable[None] | None:
+        """Write body bytes; returns an awaitable while the client is not keeping up."""
+        if self.transport is None or self.closed:
+            raise ConnectionResetError("client went away")
+        if data:
+            if self.chunked:
+                self.transport.write(b"%x\r\n%b\r\n" % (len(data), data))
+            else:
+                self.transport.write(data)
+        if self._write_paused:
+            if self._drain is None:
+                self._drain = self.loop.create_future()
+            return self._drain
+        return None
+
+    def finish(self) -> None:
+        """End the response: the chunked terminator, then keep-alive or close."""
+        if self.transport is None or self.closed:
+            return
+        if self.chunked:
+            self.transport.write(b"0\r\n\r\n")
+            self.chunked = False
+        request = self.request
+        if request is None or not request.keep_alive:
+            self.transport.close()
+
+    def respond(self, status: int, body: bytes, headers: list[tuple[bytes, bytes]]) -> None:
+        """A whole response in one write."""
+        self.start_response(status, headers, len(body), body)
+        self.finish()
+
+    def abort(self) -> None:
+        """Cut the connection (a response that broke off after its head was sent)."""
+        if self.request is not None:
+            self.request.keep_alive = False
+        if self.transport is not None:
+            self.transport.abort()
+
+    # ---------------------------------------------------------------- helpers
+    def _handler_done(self, task: asyncio.Task[None]) -> None:
+        self.task = None
+        self.responding = False
+        keep = self.request is not None and self.request.keep_alive
+        self.request = None
+        if self.closed or self.transport is None or self.transport.is_closing():
+            return
+        if not keep:
+            self.transport.close()
+            return
+        if self._reading_paused:
+            self._reading_paused = False
+            self.transport.resume_reading()
+        if self.queue:
+            self._next()
+        elif self.parsing is None:
+            self._arm(self.limits.idle_timeout, self._idle_expired)
+
+    def _refuse(self, refusal: _Refuse) -> None:
+        self.server.on_refused(refusal.status)
+        if self.transport is None or self.closed:
+            return
+        body = error_body(refusal.status, refusal.message, refusal.kind)
+        if not self.responding:  # else a pipelined request failed: just close
+            self.request = self.parsing
+            if self.request is not None:
+                self.request.keep_alive = False
+            self.start_response(refusal.status, [(b"content-type", b"application/json")],
+                                len(body), body)
+        self.transport.close()
+        self._disarm()
+
+    def _arm(self, delay: float, callback: Callable[[], None]) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+        self._timer = self.loop.call_later(delay, callback)
+
+    def _disarm(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+
+    def _idle_expired(self) -> None:
+        self._timer = None
+        if self.transport is not None and not self.responding and not self.queue:
+            self.transport.close()
+
+    def _read_expired(self) -> None:
+        self._timer = None
+        phase = "headers" if not self._headers_done else "body"
+        limit = self.limits.header_timeout if not self._headers_done else self.limits.body_timeout
+        self.server.read_timeouts += 1
+        self._refuse(_Refuse(408, f"request {phase} not received within {limit:g} s "
+                             f"(--{'header' if phase == 'headers' else 'body'}-timeout)",
+                             "request_timeout"))
+
+
+class HttpServer:
+    """Listens and dispatches requests to ``handler``; counts what it refuses."""
+
+    def __init__(self, handler: Handler, limits: ServerLimits,
+                 on_refused: Callable[[int], None] | None = None,
+                 client_gone: Callable[[IncomingRequest | None], None] | None = None) -> None:
+        self.handler = handler
+        self.limits = limits
+        self.loop = asyncio.get_event_loop()
+        self.connections: set[ClientConnection] = set()
+        self.refused_connections = 0
+        self.read_timeouts = 0
+        self._on_refused = on_refused
+        self._client_gone = client_gone
+        self._server: asyncio.base_events.Server | None = None
+
+    async def start(self, host: str, port: int) -> int:
+        self.loop = asyncio.get_running_loop()
+        self._server = await self.loop.create_server(
+            lambda: ClientConnection(self), host, port, backlog=1024, reuse_address=True)
+        sockets = self._server.sockets
+        return int(sockets[0].getsockname()[1]) if sockets else port
+
+    def stop_listening(self) -> None:
+        if self._server is not None:
+            self._server.close()
+
+    def close_idle(self) -> None:
+        for connection in list(self.connections):
+            if not connection.responding and connection.transport is not None:
+                connection.transport.close()
+
+    def abort_all(self) -> None:
+        for connection in list(self.connections):
+            if connection.transport is not None:
+                connection.transport.abort()
+
+    async def wait_closed(self) -> None:
+        if self._server is not None:
+            self._server.close()
+            self._server = None
+
+    def on_refused(self, status: int) -> None:
+        if self._on_refused is not None:
+            self._on_refused(status)
+
+    def client_gone(self, request: IncomingRequest | None) -> None:
+        if self._client_gone is not None:
+            self._client_gone(request)

@@ -1,0 +1,299 @@
+"""The router's backend side: pooled HTTP/1.1 connections on asyncio protocols.
+
+Theory of operation
+-------------------
+:class:`UpstreamPool` keeps idle keep-alive connections per backend. One request
+borrows a connection (or opens one within ``connect_timeout``), writes the request
+head and body in one write, and reads the answer through an ``httptools`` response
+parser:
+
+* :meth:`UpstreamConnection.head` waits for the status line and headers;
+* :meth:`UpstreamConnection.read` returns the next body bytes, ``b""`` at the end;
+* the connection goes back to the pool only after a complete response that allows
+  keep-alive; anything else (an error, a cancelled relay, a response cut short) closes
+  it, which is how a cancelled client request reaches vLLM (it aborts the generation
+  when its connection closes).
+
+**Errors** say what was known when they happened, because that decides retry and
+health: :class:`ConnectFailed` (nothing was sent: refused or connect timeout),
+:class:`UpstreamTimeout` (``read_timeout`` seconds without a byte from the backend,
+checked by one watchdog timer per request rather than a timer per read) and
+:class:`UpstreamClosed` (the backend closed or reset the connection; ``received``
+tells whether any response byte had arrived).
+
+**Flow control.** Body bytes are buffered per connection up to :data:`HIGH_WATER`;
+above it the socket stops being read until the relay catches up, so a huge response
+through a slow client holds at most that much memory in the router.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import time
+from typing import cast
+from urllib.parse import urlsplit
+
+import httptools
+
+__all__ = ["HIGH_WATER", "ConnectFailed", "UpstreamClosed", "UpstreamConnection",
+           "UpstreamError", "UpstreamPool", "UpstreamTimeout"]
+
+HIGH_WATER = 256 << 10
+MAX_IDLE_PER_BACKEND = 256
+
+
+class UpstreamError(Exception):
+    """A backend failure; ``kind`` is the ``backend_errors_total`` label."""
+
+    kind = "error"
+
+
+class ConnectFailed(UpstreamError):
+    def __init__(self, kind: str, message: str) -> None:
+        super().__init__(message)
+        self.kind = kind  # refused | connect_timeout
+
+
+class UpstreamTimeout(UpstreamError):
+    kind = "timeout"
+
+
+class UpstreamClosed(UpstreamError):
+    def __init__(self, message: str, received: bool) -> None:
+        super().__init__(message)
+        self.received = received
+        self.kind = "mid_stream" if received else "disconnected"
+
+
+class UpstreamConnection(asyncio.Protocol):
+    def __init__(self, pool: UpstreamPool, backend: str) -> None:
+        self.pool = pool
+        self.backend = backend
+        self.loop = pool.loop
+        self.transport: asyncio.Transport | None = None
+        self.parser = httptools.HttpResponseParser(self)
+        self.status = 0
+        self.reason = b""
+        self.headers: list[tuple[bytes, bytes]] = []
+        self.keep_alive = False
+        self.closed = False
+        self.received = False
+        self.reused = False  # borrowed from the pool (a close before any byte may be stale)
+        self.complete = False
+        self.headers_done = False
+        self._chunks: collections.deque[bytes] = collections.deque()
+        self._buffered = 0
+        self._paused = False
+        self._error: UpstreamError | None = None
+        self._waiter: asyncio.Future[None] | None = None
+        self._last_activity = 0.0
+        self._watchdog: asyncio.TimerHandle | None = None
+        self._read_timeout = 0.0
+
+    # ------------------------------------------------------------- protocol
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = cast(asyncio.Transport, transport)  # uvloop's is not a subclass
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.closed = True
+        if not self.complete and self._error is None and self._watchdog is not None:
+            self._fail(UpstreamClosed(
+                f"backend {self.backend} closed the connection"
+                + (f" ({exc!r})" if exc else ""), self.received))
+        self._stop_watchdog()
+
+    def data_received(self, data: bytes) -> None:
+        self.received = True
+        self._last_activity = self.loop.time()
+        try:
+            self.parser.feed_data(data)
+        except httptools.HttpParserError as exc:
+            self._fail(UpstreamClosed(f"backend {self.backend} sent a malformed response: "
+                                      f"{exc}", True))
+            if self.transport is not None:
+                self.transport.abort()
+
+    def eof_received(self) -> bool | None:
+        return None
+
+    # ------------------------------------------------------ parser callbacks
+    def on_status(self, status: bytes) -> None:
+        self.reason += status
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        self.headers.append((name.lower(), value))
+
+    def on_headers_complete(self) -> None:
+        self.status = self.parser.get_status_code()
+        self.headers_done = True
+        self._wake()
+
+    def on_body(self, body: bytes) -> None:
+        self._chunks.append(body)
+        self._buffered += len(body)
+        if self._buffered > HIGH_WATER and not self._paused and self.transport is not None:
+            self._paused = True
+            self.transport.pause_reading()
+        self._wake()
+
+    def on_message_complete(self) -> None:
+        self.complete = True
+        self.keep_alive = self.parser.should_keep_alive()
+        self._stop_watchdog()
+        self._wake()
+
+    # ------------------------------------------------------------ requests
+    def send(self, head: bytes, body: bytes, read_timeout: float) -> None:
+        """Write the request; reset the per-request state; start the watchdog."""
+        assert self.transport is not None
+        self.status, self.reason, self.headers = 0, b"", []
+        self.received = self.complete = self.headers_done = False
+        self.keep_alive = False
+        self._error = None
+        self._read_timeout = read_timeout
+        self._last_activity = self.loop.time()
+        self._watchdog = self.loop.call_at(self._last_activity + read_timeout, self._check)
+        self.transport.write(head + body if len(body) < 65536 else head)
+        if len(body) >= 65536:
+            self.transport.write(body)
+
+    async def head(self) -> None:
+        """Wait for the response's status line and headers."""
+        while not self.headers_done:
+            if self._error is not None:
+                raise self._error
+            await self._wait()
+
+    async def read(self) -> bytes:
+        """The next body bytes (all that are buffered), ``b""`` at the end."""
+        while True:
+            if self._chunks:
+                data = b"".join(self._chunks) if len(self._chunks) > 1 else self._chunks[0]
+                self._chunks.clear()
+                self._buffered = 0
+                if self._paused and self.transport is not None:
+                    self._paused = False
+                    self.transport.resume_reading()
+                return data
+            if self.complete:
+                return b""
+            if self._error is not None:
+                raise self._error
+            await self._wait()
+
+    def done(self) -> None:
+        """Hand the connection back: pooled after a clean keep-alive response, else closed."""
+        self._stop_watchdog()
+        if self.complete and self.keep_alive and not self.closed and not self._chunks:
+            self.pool.give_back(self)
+        else:
+            self.close()
+
+    def close(self) -> None:
+        self._stop_watchdog()
+        self.closed = True
+        if self.transport is not None:
+            self.transport.abort()  # abort: never linger on a backend we stopped reading
+
+    # ------------------------------------------------------------- internals
+    async def _wait(self) -> None:
+        waiter = self._waiter = self.loop.create_future()
+        try:
+            await waiter
+        finally:
+            self._waiter = None
+
+    def _wake(self) -> None:
+        waiter = self._waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    def _fail(self, error: UpstreamError) -> None:
+        if self._error is None:
+            self._error = error
+        self._stop_watchdog()
+        self._wake()
+
+    def _check(self) -> None:
+        self._watchdog = None
+        if self.complete or self._error is not None:
+            return
+        due = self._last_activity + self._read_timeout
+        if self.loop.time() >= due:
+            self._fail(UpstreamTimeout(f"backend {self.backend} sent nothing for "
+                                       f"{self._read_timeout:g} s"))
+        else:
+            self._watchdog = self.loop.call_at(due, self._check)
+
+    def _stop_watchdog(self) -> None:
+        if self._watchdog is not None:
+            self._watchdog.cancel()
+            self._watchdog = None
+
+
+class UpstreamPool:
+    """Idle keep-alive connections per backend base URL (``http://host:port``)."""
+
+    def __init__(self, connect_timeout: float) -> None:
+        self.connect_timeout = connect_timeout
+        self.loop = asyncio.get_event_loop()
+        self._idle: dict[str, list[UpstreamConnection]] = {}
+        self._addresses: dict[str, tuple[str, int, bytes]] = {}
+        self.opened = 0
+
+    def address(self, backend: str) -> tuple[str, int, bytes]:
+        """(host, port, Host header value) of a backend URL."""
+        known = self._addresses.get(backend)
+        if known is None:
+            parts = urlsplit(backend)
+            if parts.scheme != "http":
+                raise ConnectFailed("refused", f"backend {backend}: only http:// is supported")
+            host = parts.hostname or "127.0.0.1"
+            port = parts.port or 80
+            known = self._addresses[backend] = (host, port, parts.netloc.encode("latin-1"))
+        return known
+
+    async def connect(self, backend: str) -> UpstreamConnection:
+        """An idle pooled connection, or a new one within ``connect_timeout``."""
+        idle = self._idle.get(backend)
+        while idle:
+            connection = idle.pop()
+            if not connection.closed and connection.transport is not None and (
+                    not connection.transport.is_closing()):
+                connection.reused = True
+                return connection
+        host, port, _ = self.address(backend)
+        self.loop = asyncio.get_running_loop()
+        started = time.monotonic()
+        try:
+            _, protocol = await asyncio.wait_for(self.loop.create_connection(
+                lambda: UpstreamConnection(self, backend), host, port), self.connect_timeout)
+        except asyncio.TimeoutError:
+            raise ConnectFailed("connect_timeout", f"backend {backend}: no connection within "
+                                f"{self.connect_timeout:g} s") from None
+        except OSError as exc:
+            raise ConnectFailed("refused", f"backend {backend}: cannot connect "
+                                f"({exc.strerror or exc}) after "
+                                f"{time.monotonic() - started:.3f} s") from None
+        self.opened += 1
+        return protocol
+
+    def give_back(self, connection: UpstreamConnection) -> None:
+        idle = self._idle.setdefault(connection.backend, [])
+        if len(idle) < MAX_IDLE_PER_BACKEND:
+            idle.append(connection)
+        else:
+            connection.close()
+
+    def drop(self, backend: str) -> None:
+        """Close a backend's idle connections (it failed or left the pool)."""
+        for connection in self._idle.pop(backend, []):
+            connection.close()
+
+    def close(self) -> None:
+        for backend in list(self._idle):
+            self.drop(backend)
+
+    def idle_count(self) -> int:
+        return sum(len(v) for v in self._idle.values())
