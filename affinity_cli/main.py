@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 from collections.abc import Sequence
 
-__all__ = ["SUBCOMMANDS", "build_parser", "main"]
+__all__ = ["SUBCOMMANDS", "build_parser", "main", "version_text"]
 
 # name -> (module, one-line help). The module defines register(subparsers) and run(args).
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
@@ -40,6 +41,25 @@ def _chosen(argv: Sequence[str]) -> str | None:
     return None
 
 
+def version_text() -> str:
+    """The package version and which build of affinity_core this process runs."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        number = version("affinity-routing")
+    except PackageNotFoundError:
+        number = "unknown (not installed)"
+    from affinity_core._build import BUILD_INFO
+
+    return f"affinity {number}; affinity_core: {BUILD_INFO}"
+
+
+class _VersionAction(argparse.Action):
+    def __call__(self, parser: argparse.ArgumentParser, *_: object) -> None:
+        print(version_text())
+        parser.exit()
+
+
 def build_parser(argv: Sequence[str] = ()) -> argparse.ArgumentParser:
     """The parser; the subcommand named in ``argv`` (if any) gets its full options."""
     parser = argparse.ArgumentParser(
@@ -49,6 +69,9 @@ def build_parser(argv: Sequence[str] = ()) -> argparse.ArgumentParser:
             "sticky routing (verl's affinity_break_margin)."
         ),
     )
+    parser.add_argument("--version", action=_VersionAction, nargs=0,
+                        help="print the version and the build of affinity_core "
+                             "(pure or compiled), then exit")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     chosen = _chosen(argv)
     for name, (module, help_text) in SUBCOMMANDS.items():
@@ -66,6 +89,10 @@ def build_parser(argv: Sequence[str] = ()) -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args_list = list(sys.argv[1:] if argv is None else argv)
+    if _chosen(args_list) == "verify" and "affinity_core" not in sys.modules:
+        # The proofs monkeypatch and symbolically execute the source; a compiled core
+        # would ignore the mutants. Its workers inherit the choice.
+        os.environ["AFFINITY_BUILD"] = "pure"
     parser = build_parser(args_list)
     args = parser.parse_args(args_list)
     if args.command is None:

@@ -4,8 +4,16 @@
 ``GlobalRequestLoadBalancer`` with PR #7435's ``affinity_break_margin`` (and PR #6533's
 dual-threshold gate as an alternative). See spec/SPEC.md for the requirements each
 module implements.
+
+``BUILD`` says which build of the core this process runs: ``"pure"`` (this source) or
+``"compiled"`` (the same source compiled with mypyc; see benchmarks/README.md). A
+compiled build lives in the subpackage ``_native`` that only a compiled install has; it
+decides at import time whether to put itself in front of this source (environment
+variable ``AFFINITY_BUILD=auto|pure|compiled``) and refuses to when its recorded source
+digests differ from the source here, so the two cannot drift.
 """
 
+from ._build import BUILD
 from .allowed import allowed, draw_for
 from .codec import (
     CodecError,
@@ -61,6 +69,7 @@ from .status import VERL_STATUS_KEYS, status
 
 __all__ = [
     "ACQUIRE_RULES",
+    "BUILD",
     "DEFAULT_MAX_CACHE_SIZE",
     "NO_SERVERS_MESSAGE",
     "TRANSITIONS",
