@@ -122,6 +122,17 @@ class KvPool:
             else:
                 self.group_refs[group_key] = refs
 
+    def truncate(self, traj_key: int, keep_blocks: int) -> None:
+        """A conversation dropped its tail (a new branch): blocks past ``keep_blocks`` of
+        its own segment can never hit again, so they stop counting as cached."""
+        have = self.lru.get(traj_key, 0)
+        if have > keep_blocks:
+            self.evictable -= have - keep_blocks
+            if keep_blocks > 0:
+                self.lru[traj_key] = keep_blocks
+            else:
+                del self.lru[traj_key]
+
     def _reclaim(self) -> None:
         """Evict least recently freed blocks, tail first, until the pool fits."""
         excess = self.pinned + self.evictable - self.capacity

@@ -183,6 +183,7 @@ class Balancer:
         self.sticky = sticky
         self.rng = rng
         self.paths: dict[Path, int] = dict.fromkeys(Path, 0)
+        self.served: dict[str, int] = dict.fromkeys(servers, 0)  # acquires per server
         self.ignored_releases = 0
 
     def acquire(self, request_id: str) -> str:
@@ -194,6 +195,7 @@ class Balancer:
             raise RuntimeError(f"the core rejected {event!r}: {outcome!r}")
         self.state = transition.state
         self.paths[outcome.path] += 1
+        self.served[outcome.server_id] += 1
         return outcome.server_id
 
     def release(self, server_id: str) -> None:

@@ -67,6 +67,7 @@ class StepResult:
     mean_queue: float  # time-mean of the per-replica queue length
     self_count_acquires: int  # acquires that saw the session's previous turn unreleased
     ignored_releases: int
+    requests_per_replica: tuple[int, ...] = ()  # acquires routed to each replica
 
     def as_dict(self) -> dict[str, Any]:
         return attrs.asdict(self)
@@ -93,6 +94,8 @@ class _Step:
         self.all_done = self.env.event()
         self.self_count = 0
         self.turns = 0
+        self.slots = (simpy.Resource(self.env, capacity=workload.client_concurrency)
+                      if workload.client_concurrency else None)
 
     def trajectory(self, plan: TrajectoryPlan) -> Generator[simpy.Event, Any, None]:
         env = self.env
@@ -106,6 +109,10 @@ class _Step:
         for turn, output in enumerate(plan.outputs):
             if w.acquire_latency_s > 0:
                 yield env.timeout(w.acquire_latency_s)
+            slot = None
+            if self.slots is not None:
+                slot = self.slots.request()
+                yield slot
             if pending[0]:
                 self.self_count += 1
             server = self.balancer.acquire(plan.request_id)
@@ -113,9 +120,16 @@ class _Step:
             self.replicas[server].submit(request)
             self.turns += 1
             yield request.done
+            if slot is not None:
+                assert self.slots is not None
+                self.slots.release(slot)
             self._release_later(server, pending)
             context += output
             if turn < last:
+                if plan.rewinds:
+                    context -= plan.rewinds[turn]
+                    self.replicas[server].kv.truncate(
+                        plan.index, max(0, context // block - shared))
                 latency = plan.tool_latency_s[turn]
                 if latency > 0:
                     yield env.timeout(latency)
@@ -172,6 +186,7 @@ class _Step:
             mean_queue=self.tracker.total_area / (span * len(replicas)),
             self_count_acquires=self.self_count,
             ignored_releases=self.balancer.ignored_releases,
+            requests_per_replica=tuple(self.balancer.served.values()),
         )
 
 

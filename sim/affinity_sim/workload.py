@@ -75,6 +75,9 @@ class Workload:
     # Samples of one prompt share its full prompt blocks in a replica's prefix cache (GRPO's
     # n samples of one prompt). False gives every trajectory a private prompt (ablation).
     share_prompt_prefix: bool = True
+    # At most this many turns in flight across the step (a client-side semaphore, as in
+    # affinity_vllm.workload.drive); 0 = unbounded (verl launches the whole batch).
+    client_concurrency: int = 0
 
     def __attrs_post_init__(self) -> None:
         _count("replicas", self.replicas)
@@ -82,6 +85,7 @@ class Workload:
         _count("samples", self.samples)
         _count("max_context", self.max_context, 2)
         _count("agent_workers", self.agent_workers)
+        _count("client_concurrency", self.client_concurrency, 0)
         if not isinstance(self.share_prompt_prefix, bool):
             raise ValueError(
                 f"share_prompt_prefix must be true or false, got {self.share_prompt_prefix!r}"
@@ -123,6 +127,7 @@ class Workload:
             "target_hit_rate": self.target_hit_rate,
             "agent_workers": self.agent_workers,
             "share_prompt_prefix": self.share_prompt_prefix,
+            "client_concurrency": self.client_concurrency,
             "model": attrs.asdict(self.model),
         }
 
@@ -138,10 +143,13 @@ class TrajectoryPlan:
     outputs: tuple[int, ...]  # one per turn
     tool_tokens: tuple[int, ...]  # one per non-final turn
     tool_latency_s: tuple[float, ...]  # one per non-final turn
+    # Tokens dropped from the end of the conversation before each non-final turn's new
+    # tokens (a client that re-sends history but not the last query/answer); () = none.
+    rewinds: tuple[int, ...] = ()
 
     @property
     def final_context(self) -> int:
-        return self.prompt_tokens + sum(self.outputs) + sum(self.tool_tokens)
+        return self.prompt_tokens + sum(self.outputs) + sum(self.tool_tokens) - sum(self.rewinds)
 
 
 def plan_step(workload: Workload, seed: int) -> list[TrajectoryPlan]:
