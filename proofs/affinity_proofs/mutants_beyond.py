@@ -1,0 +1,144 @@
+"""Mutants that only bite beyond the small worlds: the negative controls of the structure
+checks and of the wide encoding-conformance sweep.
+
+Theory of operation
+-------------------
+The BFS and the small-world sweeps explore at most four servers, loads <= 4 and
+non-negative hashes. These mutants of the real core are invisible there and visible
+beyond: more than one leaf of the load table (N > 32), a gate's relative threshold at a
+minimum load >= 4, negative caller hashes, unkeyed requests under ``hashed`` ties, and
+the sticky map's recency list at its boundaries. They are refuted by
+:mod:`.structures` and :mod:`.conformance_wide`, and kept out of
+:data:`~affinity_proofs.mutants.MUTANTS`, whose obligations schedule BFS searches that
+cannot see them. Like those, each monkeypatches the real core while applied.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Iterator
+from typing import Any
+
+import attrs
+
+import affinity_core.machine as machine
+import affinity_core.policy as policy
+from affinity_core import Acquire, Config, HashMode, LoadTable, StickyLru, TieBreak
+
+from .mutants import _ORIGINAL_KEEP, Mutant, _keep_patch, allowed_mod, by_name, patched
+
+__all__ = ["BEYOND_SMALL_MUTANTS", "beyond_by_name"]
+
+loads_mod = importlib.import_module("affinity_core.loads")
+
+
+def _tie_count_sums_children() -> Iterator[None]:
+    original = loads_mod._summarise
+
+    def summarise(children: Any, mins: Any, counts: Any, maxes: Any) -> Any:
+        node = original(children, mins, counts, maxes)
+        return (node[0], sum(counts), *node[2:])  # counts every child, not those at the min
+
+    with patched(loads_mod, "_summarise", summarise):
+        yield
+
+
+def _summary_not_refreshed() -> Iterator[None]:
+    original = LoadTable.add_load
+
+    def add_load(self: LoadTable, server_id: str, delta: int) -> LoadTable:
+        new = original(self, server_id, delta)
+        if self.depth == 0 or self.tree is None or new.tree is None:
+            return new
+        stale = (*self.tree[:3], *new.tree[3:])  # the root keeps its old min/count/max
+        return attrs.evolve(new, tree=stale)
+
+    with patched(LoadTable, "add_load", add_load):
+        yield
+
+
+def _keep_gate_relative_inverted(config: Config, pool: LoadTable, pinned: str) -> bool:
+    gate = config.dual_threshold
+    if gate is None or config.full_determinism or config.affinity_break_margin is not None:
+        return _ORIGINAL_KEEP(config, pool, pinned)
+    low, high, rel = pool.min_load, pool.max_load, gate.balance_rel_threshold
+    if pool.load(pinned) == low or gate.balance_abs_threshold <= 0:
+        return True
+    return not (high - low > gate.balance_abs_threshold
+                and high * rel.denominator < low * rel.numerator)  # `<` where `>` is meant
+
+
+def _caller_hash_abs() -> Iterator[None]:
+    original = policy.deterministic_server
+
+    def mutated(config: Config, pool: LoadTable, sorted_servers: tuple[str, ...],
+                event: Acquire) -> str:
+        if config.hash_mode is HashMode.CALLER and event.request_hash is not None:
+            event = attrs.evolve(event, request_hash=abs(event.request_hash))
+        return original(config, pool, sorted_servers, event)
+
+    with patched(machine, "deterministic_server", mutated), \
+            patched(allowed_mod, "deterministic_server", mutated):
+        yield
+
+
+def _hashed_unkeyed_first() -> Iterator[None]:
+    original = policy.tie_index
+
+    def tie_index(config: Config, ties: int, event: Acquire) -> int:
+        if config.tie_break is TieBreak.HASHED and event.request_id is None:
+            return 0  # the draw is ignored for an unkeyed request
+        return original(config, ties, event)
+
+    with patched(policy, "tie_index", tie_index):
+        yield
+
+
+def _lru_touch_keeps_oldest() -> Iterator[None]:
+    original = StickyLru.touch
+
+    def touch(self: StickyLru, request_id: str) -> StickyLru:
+        new = original(self, request_id)
+        if request_id == self.oldest and len(self) > 1:
+            return attrs.evolve(new, oldest=self.oldest)  # `oldest` not advanced
+        return new
+
+    with patched(StickyLru, "touch", touch):
+        yield
+
+
+def _lru_put_refreshes_in_place() -> Iterator[None]:
+    original = StickyLru.put
+
+    def put(self: StickyLru, request_id: str, server_id: str) -> StickyLru:
+        if request_id not in self:
+            return original(self, request_id, server_id)
+        items = tuple((k, server_id if k == request_id else v) for k, v in self)
+        return StickyLru.from_items(self.capacity, items)  # value updated, recency kept
+
+    with patched(StickyLru, "put", put):
+        yield
+
+
+BEYOND_SMALL_MUTANTS: tuple[Mutant, ...] = (
+    Mutant("tie_count_sums_children", "load table: an internal node's tie count sums every "
+           "child's, not only those at the minimum (N > 32)", (1,), _tie_count_sums_children),
+    Mutant("load_summary_not_refreshed", "load table: add_load leaves the root's "
+           "min/count/max stale (N > 32)", (1,), _summary_not_refreshed),
+    Mutant("gate_relative_inverted", "PR #6533 gate: relative test max*den < min*num "
+           "(needs min >= 4)", (13,), _keep_patch(_keep_gate_relative_inverted)),
+    Mutant("caller_hash_abs_mod", "full_determinism caller hash: abs(h) % n, not floored",
+           (2,), _caller_hash_abs),
+    Mutant("hashed_unkeyed_takes_first", "hashed ties: an unkeyed request takes tie 0, "
+           "not its draw", (1,), _hashed_unkeyed_first),
+    Mutant("lru_touch_keeps_oldest", "sticky map: touching the oldest entry leaves the "
+           "oldest pointer on it", (10,), _lru_touch_keeps_oldest),
+    Mutant("lru_put_refreshes_in_place", "sticky map: writing an existing key keeps its "
+           "recency", (10,), _lru_put_refreshes_in_place),
+)
+_BY_NAME = {m.name: m for m in BEYOND_SMALL_MUTANTS}
+
+
+def beyond_by_name(name: str) -> Mutant:
+    """A mutant of this module or, failing that, of :mod:`.mutants`."""
+    return _BY_NAME[name] if name in _BY_NAME else by_name(name)

@@ -1,0 +1,179 @@
+"""The core's two data structures, checked against plain definitions at every boundary.
+
+Theory of operation
+-------------------
+``LoadTable`` answers min, max, tie count and "k-th least-loaded in pool order" from a
+32-ary tree of summaries; ``StickyLru`` threads a recency list through a HAMT. Their
+shape changes at 32 and 1024 entries (one leaf, one internal level, two), so a check at
+three servers says nothing about 33. This module drives each structure through a seeded
+sequence of operations at sizes on both sides of every structural boundary and compares,
+after **every** operation, each query with its plain definition over a list:
+
+* ``LoadTable`` (sizes 1, 31, 32, 33, 64, 65, 1024, 1025): ``items``, ``total``,
+  ``min_load``, ``max_load``, ``tie_count`` (= how many loads equal the minimum),
+  ``least_loaded(k)`` (= the k-th position at the minimum, pool order) for the first,
+  middle and last k, and ``load`` of the server just changed. Loads are drawn mostly from
+  0..3, so the minimum is tied across leaves, with jumps up to 10^6.
+* ``StickyLru`` (capacities 1, 2, 3, 32, 33, 1025): the recency order ``items`` (R-LRU-3,
+  oldest first), ``len``, ``peek``, ``evicts_on_put`` and the bound (R-LRU-5) against a
+  plain list with the R-LRU-1..4 rules; the keys come from a set of ``capacity + 2`` ids,
+  so the map runs through empty, full minus one, full and eviction.
+
+This is a check at these sizes, not a proof for every size; the sizes are the ones where
+the representation changes. :func:`run` returns the first disagreement (or None), so
+the mutants of :data:`~affinity_proofs.mutants.BEYOND_SMALL_MUTANTS` can be refuted by the
+same code in the same run.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+
+import attrs
+
+from affinity_core import LoadTable, StickyLru
+
+__all__ = ["LOAD_SIZES", "LRU_CAPACITIES", "StructureResult", "check_load_table",
+           "check_lru", "run"]
+
+LOAD_SIZES = (1, 31, 32, 33, 64, 65, 1024, 1025)
+LRU_CAPACITIES = (1, 2, 3, 32, 33, 1025)
+
+
+@attrs.frozen
+class StructureResult:
+    structure: str
+    operations: int
+    seconds: float
+    failure: str | None
+
+
+def _load(rng: random.Random) -> int:
+    return rng.choice((0, 0, 1, 1, 2, 3, rng.randrange(10**6)))
+
+
+def _table_mismatch(table: LoadTable, servers: list[str], plain: list[int]) -> str | None:
+    if table.items() != tuple(zip(servers, plain, strict=True)):
+        return "items() differs from the loads written"
+    low, high = min(plain), max(plain)
+    ties = [servers[i] for i, x in enumerate(plain) if x == low]
+    got = (table.total, table.min_load, table.max_load, table.tie_count)
+    if got != (sum(plain), low, high, len(ties)):
+        return (f"(total, min, max, tie count) = {got}, plain definition "
+                f"{(sum(plain), low, high, len(ties))}")
+    for k in sorted({0, len(ties) // 2, len(ties) - 1}):
+        if table.least_loaded(k) != ties[k]:
+            return f"least_loaded({k}) = {table.least_loaded(k)}, plain {ties[k]}"
+    return None
+
+
+def check_load_table(n: int, operations: int, seed: int) -> str | None:
+    """None, or the first operation after which the table disagrees with the plain list."""
+    rng = random.Random(seed * 7919 + n)
+    servers = [f"s{i}" for i in range(n)]
+    plain = [_load(rng) for _ in range(n)]
+    table = LoadTable.build(zip(servers, plain, strict=True))
+    problem = _table_mismatch(table, servers, plain)
+    if problem is None and table.least_loaded_all() != tuple(
+            s for s, x in zip(servers, plain, strict=True) if x == min(plain)):
+        problem = "least_loaded_all() differs from the plain tie set"
+    if problem:
+        return f"N={n}, after build: {problem}"
+    for step in range(operations):
+        i = rng.randrange(n)
+        if rng.random() < 0.7:  # acquire / release
+            delta = 1 if plain[i] == 0 or rng.random() < 0.5 else -1
+            table, what = table.add_load(servers[i], delta), f"add_load(s{i}, {delta:+d})"
+            plain[i] += delta
+        else:  # an observed load (R-OBS-*)
+            value = _load(rng)
+            table, what = table.set_load(servers[i], value), f"set_load(s{i}, {value})"
+            plain[i] = value
+        if table.load(servers[i]) != plain[i]:
+            return f"N={n}, step {step} {what}: load = {table.load(servers[i])}, not {plain[i]}"
+        problem = _table_mismatch(table, servers, plain)
+        if problem:
+            return f"N={n}, step {step} {what}: {problem}"
+    return None
+
+
+def _lru_mismatch(lru: StickyLru, plain: list[tuple[str, str]], capacity: int) -> str | None:
+    if lru.items() != tuple(plain):
+        return f"recency order {list(lru.items())[:4]}..., plain {plain[:4]}..."
+    if len(lru) != len(plain) or len(lru) > capacity:
+        return f"len {len(lru)}, plain {len(plain)}, capacity {capacity}"
+    return None
+
+
+def check_lru(capacity: int, operations: int, seed: int) -> str | None:
+    """None, or the first operation after which the map disagrees with the plain list."""
+    rng = random.Random(seed * 104729 + capacity)
+    keys = [f"r{i}" for i in range(capacity + 2)]
+    lru = StickyLru(capacity)
+    plain: list[tuple[str, str]] = []  # (key, server), oldest first
+    for step in range(operations):
+        key, server, op = rng.choice(keys), f"s{rng.randrange(4)}", rng.random()
+        where = {k: j for j, (k, _) in enumerate(plain)}
+        if op < 0.5:  # a write (R-LRU-3)
+            expect_evict = None if key in where or len(plain) < capacity else plain[0][0]
+            if lru.evicts_on_put(key) != expect_evict:
+                return (f"capacity {capacity}, step {step}: evicts_on_put({key}) = "
+                        f"{lru.evicts_on_put(key)}, plain {expect_evict}")
+            lru, what = lru.put(key, server), f"put({key}, {server})"
+            if key in where:
+                del plain[where[key]]
+            elif len(plain) >= capacity:
+                del plain[0]
+            plain.append((key, server))
+        elif op < 0.8:  # a lookup of a present key (R-LRU-2); membership first (R-LRU-1)
+            present = [k for k, _ in plain]
+            if not present:
+                continue
+            key = rng.choice(present)
+            if key not in lru or lru.peek(key) != plain[where[key]][1]:
+                return f"capacity {capacity}, step {step}: peek({key}) = {lru.peek(key)}"
+            lru, what = lru.touch(key), f"touch({key})"
+            plain.append(plain.pop(where[key]))
+        else:  # a delete (R-LRU-4)
+            lru, what = lru.delete(key), f"delete({key})"
+            if key in where:
+                del plain[where[key]]
+        problem = _lru_mismatch(lru, plain, capacity)
+        if problem:
+            return f"capacity {capacity}, step {step} {what}: {problem}"
+    return None
+
+
+def run(structure: str, operations: int, seed: int = 20261203) -> StructureResult:
+    """Check ``"load_table"`` or ``"sticky_lru"`` at every boundary size."""
+    start = time.perf_counter()
+    failure: str | None = None
+    total = 0
+    if structure == "load_table":
+        for n in LOAD_SIZES:
+            total += operations
+            failure = _guard(lambda n=n: check_load_table(n, operations, seed))
+            if failure:
+                break
+    elif structure == "sticky_lru":
+        for c in LRU_CAPACITIES:
+            ops = operations + 3 * c  # enough writes to fill the map and evict
+            total += ops
+            failure = _guard(lambda c=c, ops=ops: check_lru(c, ops, seed))
+            if failure:
+                break
+    else:
+        raise ValueError(f"structure must be 'load_table' or 'sticky_lru', got {structure!r}")
+    return StructureResult(structure, total, time.perf_counter() - start, failure)
+
+
+def _guard(check: object) -> str | None:
+    """A crash inside the structure (an assertion, a KeyError) is a disagreement too."""
+    assert callable(check)
+    try:
+        result = check()
+    except Exception as exc:
+        return f"raised {type(exc).__name__}: {exc}"
+    assert result is None or isinstance(result, str)
+    return result
