@@ -93,7 +93,7 @@ def _table(rows: list[Row], scope: str, seconds: float) -> Table:
         previous = r.obligation
         style = "" if r.passed else "bold red"
         cells = (f"{r.obligation}. {titles[r.obligation]}" if first else "",
-                 " ".join(r.requirement_ids), r.method, r.scope, r.result,
+                 " ".join(r.requirement_ids), r.method, r.scope_text, r.result,
                  f"{r.seconds:.1f}s", r.mutant_score)
         table.add_row(*(escape(c) for c in cells), style=style)
     return table

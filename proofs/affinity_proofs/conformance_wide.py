@@ -98,6 +98,8 @@ def _strategy() -> Any:
             if policy == 2 else None
         if margin is not None and sticky == "hit" and draw(st.booleans()):
             loads[pin] = min(loads) + margin + draw(st.integers(0, 1))  # the band's edge
+        if gate is not None and sticky == "hit" and n >= 3 and draw(st.booleans()):
+            loads = _gate_edge(loads, pin, gate, draw(st.integers(-1, 1)))
         return WidePoint(
             tuple(loads), sticky, pin, margin, gate, det,
             draw(st.one_of(st.integers(-(2**70), 2**70), st.integers(-3 * n, 3 * n))),
@@ -105,6 +107,19 @@ def _strategy() -> Any:
             draw(st.integers(0, 2**40)))
 
     return point()
+
+
+def _gate_edge(loads: list[int], pin: int, gate: DualThreshold, nudge: int) -> list[int]:
+    """Loads at the edge of the gate's relative test: max = min * rel (+-1), with the
+    absolute test passed and the pin above the minimum, so only the relative test
+    decides whether the pin is kept."""
+    n, low, rel = len(loads), max(min(loads), 4), gate.balance_rel_threshold
+    high = max(low + gate.balance_abs_threshold + 1,
+               low * rel.numerator // rel.denominator + nudge)
+    out = [min(max(x, low), high) for x in loads]
+    out[(pin + 1) % n], out[(pin + 2) % n] = low, high
+    out[pin] = low + 1 if high > low + 1 else high
+    return out
 
 
 def points(count: int) -> list[WidePoint]:

@@ -79,6 +79,18 @@ class Row:
     detail: str = ""
     requirements: tuple[str, ...] = ()  # defaults to the obligation's
     evidence: dict[str, Any] = attrs.field(factory=dict)
+    # True only for a Z3 proof over a symbolic pool size (proved for every N >= 1); every
+    # other row checks the sizes its scope names and is reported as "bounded".
+    all_n: bool = False
+
+    @property
+    def scope_kind(self) -> str:
+        return "all N" if self.all_n else "bounded"
+
+    @property
+    def scope_text(self) -> str:
+        """The scope as printed and in ``--json``: "all N: ..." or "bounded: ..."."""
+        return f"{self.scope_kind}: {self.scope}"
 
     @property
     def passed(self) -> bool:
@@ -116,7 +128,8 @@ def obligation_passed(number: int, rows: Sequence[Row]) -> tuple[bool, str]:
 def _row_json(r: Row) -> dict[str, Any]:
     return {
         "obligation": r.obligation, "title": _BY_NUMBER[r.obligation].title,
-        "requirements": list(r.requirement_ids), "method": r.method, "scope": r.scope,
+        "requirements": list(r.requirement_ids), "method": r.method, "scope": r.scope_text,
+        "scope_kind": r.scope_kind,
         "result": r.result, "holds": r.holds, "passed": r.passed,
         "seconds": round(r.seconds, 3), "detail": r.detail,
         "mutants": [attrs.asdict(m) for m in r.mutants], "evidence": r.evidence,

@@ -68,6 +68,10 @@ class Scope:
     symmetry_check: BfsRun  # explored without reduction, orbits counted
     crosshair_condition_timeout: float
     crosshair_diff_timeout: float
+    # Beyond the small world (jobs_param.py): Hypothesis points of the wide encoding
+    # conformance sweep, and operations per size of the data-structure checks.
+    wide_conformance_points: int = 250
+    structure_operations: int = 150
 
 
 def _u(n: int, keys: str, unkeyed: bool = True) -> Universe:
@@ -144,12 +148,14 @@ SMALL = Scope(
                                                       tie_break="draw"),
                           _u(2, "ab"), 2),
     crosshair_condition_timeout=0.5, crosshair_diff_timeout=1.5,
+    wide_conformance_points=120, structure_operations=60,
 )
 
 DEFAULT = Scope(
     name="default",
-    lemma_ns=tuple(range(1, 17)), induction_ns=(*range(1, 17), 24, 32),
-    gate_ns=tuple(range(1, 9)), mutant_n=3,
+    # The unrolled lemmas are a bounded cross-check of the all-N proofs (z3_param_lemmas).
+    lemma_ns=tuple(range(1, 7)), induction_ns=(*range(1, 7), 8),
+    gate_ns=tuple(range(1, 5)), mutant_n=3,
     bmc_depth=8, conformance_sample=200,
     bfs_runs=_runs(_u(3, "ab", False), _u(2, "abc"), 2, 2, _u(2, "a"), _u(2, "a"), 2),
     symmetry_check=BfsRun("margin 1, draw ties", _cfg(affinity_break_margin=1,
@@ -172,6 +178,7 @@ DEEP = Scope(
                                                       tie_break="draw"),
                           _u(3, "ab", False), 2),
     crosshair_condition_timeout=5.0, crosshair_diff_timeout=20.0,
+    wide_conformance_points=3000, structure_operations=1000,
 )
 
 SCOPES = {s.name: s for s in (SMALL, DEFAULT, DEEP)}

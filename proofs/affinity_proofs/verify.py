@@ -34,12 +34,13 @@ from typing import Any
 
 import attrs
 
-from . import jobs
+from . import jobs, jobs_param
 from .bfs_checks import CHECKS
 from .mutants import MUTANTS
 from .report import MutantVerdict, Row
 from .scopes import BfsRun, Scope
 from .z3_lemmas import LEMMAS
+from .z3_param_lemmas import PARAM_LEMMAS
 
 __all__ = ["Job", "plan", "run"]
 
@@ -86,6 +87,15 @@ def plan(scope: Scope, write_counterexamples: Path | None = None,
     for lemma in LEMMAS:
         out.append(Job(f"Z3 {lemma.name}", jobs.z3_lemma_job, (lemma.name, scope), weight=3,
                        obligation=lemma.obligation, serves=frozenset({lemma.obligation})))
+    for param in PARAM_LEMMAS:  # proved for every N (jobs_param.py)
+        out.append(Job(f"Z3 all-N {param.name}", jobs_param.z3_param_job, (param.name,),
+                       weight=2, obligation=param.obligation,
+                       serves=frozenset({param.obligation})))
+    out += [Job(f"structure {s}", jobs_param.structure_job, (s, scope), weight=4,
+                obligation=o, serves=frozenset({o}))
+            for s, o in (("load_table", 1), ("sticky_lru", 10))]
+    out.append(Job("encoding conformance (wide)", jobs_param.conformance_wide_job, (scope,),
+                   weight=8, serves=frozenset({0})))
     out += [Job("Z3 BMC", jobs.bmc_job, (scope,), weight=5, obligation=3,
                 serves=frozenset({3})),
             Job("counterexamples", jobs.counterexample_job, (write_counterexamples,),

@@ -1,0 +1,156 @@
+"""The jobs of ``affinity verify`` that reach beyond the small world.
+
+Theory of operation
+-------------------
+Three kinds of job, each returning finished :class:`~affinity_proofs.report.Row` objects
+and each refuting its own mutants with the same checker in the same run:
+
+* :func:`z3_param_job` -- one lemma of :mod:`.z3_param_lemmas`, proved for **all N >= 1**
+  (symbolic pool size), and every encoded mutant listed with it refuted;
+* :func:`structure_job` -- ``LoadTable`` or ``StickyLru`` against plain definitions at
+  sizes across every structural boundary (:mod:`.structures`), with the structure
+  mutants of :mod:`.mutants_beyond` applied to the real core;
+* :func:`conformance_wide_job` -- the all-N encoding against the real core on the
+  Hypothesis-drawn points of :mod:`.conformance_wide`, with the mutants that only bite
+  there.
+
+The rows carry ``all_n=True`` only for the Z3 lemmas proved with a symbolic N; the
+others are checks at stated sizes and say so in their scope.
+"""
+
+from __future__ import annotations
+
+import time
+
+from . import conformance_wide, structures
+from .mutants_beyond import beyond_by_name
+from .report import MutantVerdict, Row
+from .scopes import Scope
+from .z3_param_lemmas import ParamResult, param_lemma
+from .z3_param_lemmas import run as run_param
+
+__all__ = ["ALL_N_SCOPE", "STRUCTURE_MUTANTS", "WIDE_MUTANTS", "conformance_wide_job",
+           "structure_job", "z3_param_job"]
+
+ALL_N_SCOPE = "N >= 1, loads >= 0, margins >= 0, every integer hash"
+
+_ENCODED = {  # encoded-only mutants of the all-N lemmas (no monkeypatch of the core)
+    "tie_rank_counts_down": "tie rank decreases past a server above the minimum (encoded)",
+    "tie_rank_double_step": "tie rank counts each minimum twice (encoded)",
+    "hash_abs_mod": "deterministic index abs(h) % n instead of Python's h % n (encoded)",
+    "hash_truncated_mod": "deterministic index by C's remainder: negative for h < 0 "
+                          "(encoded)",
+    "keep_band_plus_two": "keep rule off by two: load[pin] <= min + m + 2 (encoded)",
+}
+
+
+def _describe(name: str) -> str:
+    if name in _ENCODED:
+        return _ENCODED[name]
+    try:
+        return beyond_by_name(name).description
+    except KeyError:
+        return name
+
+
+def _model_text(r: ParamResult) -> str:
+    if not r.model:
+        return "(no model)"
+    keys = ("n", "loads", "other_loads", "hit", "pin", "margin_on", "margin", "m1", "m2",
+            "gate_on", "gate_abs", "rel_num", "rel_den", "det", "hash", "other_hash",
+            "least", "tie", "legacy_choice", "i", "j", "t0", "idle")
+    return " ".join(f"{k}={r.model[k]}" for k in keys if k in r.model)
+
+
+def z3_param_job(name: str, timeout_s: float = 30.0) -> list[Row]:
+    """One all-N lemma: the proof, then each encoded mutant refuted by the same formula."""
+    lemma = param_lemma(name)
+    start = time.perf_counter()
+    result = run_param(lemma, timeout_s=timeout_s)
+    verdicts = []
+    results = [result]
+    for variant in lemma.mutants:
+        r = run_param(lemma, variant, timeout_s=timeout_s)
+        results.append(r)
+        refuted = r.verdict == "counterexample"
+        verdicts.append(MutantVerdict(variant.name, _describe(variant.name), refuted,
+                                      _model_text(r) if refuted else f"verdict {r.verdict}"))
+    holds = result.verdict == "proved"
+    detail = f"{lemma.name}: {lemma.statement}"
+    if not holds:
+        detail += f"; FAILED: {result.verdict} {_model_text(result)}"
+    kind = "Z3 induction step, all N" if "spread" in name or name.startswith("tie_") \
+        else "Z3 lemma, all N"
+    return [Row(lemma.obligation, kind, ALL_N_SCOPE, holds, time.perf_counter() - start,
+                tuple(verdicts), detail, lemma.requirements,
+                {"lemma": lemma.name, "all_n": True,
+                 "results": [{"variant": r.variant, "verdict": r.verdict,
+                              "seconds": round(r.seconds, 4), "model": r.model}
+                             for r in results]},
+                all_n=holds)]
+
+
+STRUCTURE_MUTANTS = {
+    "load_table": ("tie_count_sums_children", "load_summary_not_refreshed"),
+    "sticky_lru": ("lru_touch_keeps_oldest", "lru_put_refreshes_in_place",
+                   "hit_does_not_refresh_lru", "lru_evicts_one_late"),
+}
+_STRUCTURE_ROWS = {  # structure -> (obligation, requirement ids, sizes)
+    "load_table": (1, ("R-TIE-1", "R-POOL-1", "R-ST-1"),
+                   f"N = {', '.join(map(str, structures.LOAD_SIZES))}"),
+    "sticky_lru": (10, ("R-LRU-1", "R-LRU-2", "R-LRU-3", "R-LRU-4", "R-LRU-5"),
+                   f"capacity {', '.join(map(str, structures.LRU_CAPACITIES))}"),
+}
+
+
+def structure_job(structure: str, scope: Scope) -> list[Row]:
+    start = time.perf_counter()
+    ops = scope.structure_operations
+    result = structures.run(structure, ops)
+    verdicts = []
+    for name in STRUCTURE_MUTANTS[structure]:
+        with beyond_by_name(name).applied():
+            r = structures.run(structure, ops)
+        verdicts.append(MutantVerdict(name, _describe(name), r.failure is not None,
+                                      r.failure or f"no disagreement in {r.operations} "
+                                      "operations"))
+    obligation, requirements, sizes = _STRUCTURE_ROWS[structure]
+    what = "LoadTable summaries == min/count/max/k-th tie over the plain list" \
+        if structure == "load_table" else "StickyLru recency == the LRU list of R-LRU-1..5"
+    detail = result.failure or f"{what}: {result.operations} operations, each checked"
+    return [Row(obligation, f"{'LoadTable' if structure == 'load_table' else 'StickyLru'} "
+                "vs plain definition", f"{sizes}, {ops} ops each (every boundary)",
+                result.failure is None, time.perf_counter() - start, tuple(verdicts),
+                detail, requirements, {"operations": result.operations})]
+
+
+WIDE_MUTANTS = ("tie_count_sums_children", "gate_relative_inverted", "caller_hash_abs_mod",
+                "hashed_unkeyed_takes_first", "ties_last_in_order")
+
+
+def conformance_wide_job(scope: Scope) -> list[Row]:
+    start = time.perf_counter()
+    sample = conformance_wide.points(scope.wide_conformance_points)
+    result = conformance_wide.run(0, sample=sample)
+    verdicts = []
+    for name in WIDE_MUTANTS:
+        with beyond_by_name(name).applied():
+            r = conformance_wide.run(0, max_failures=1, sample=sample)
+        verdicts.append(MutantVerdict(name, _describe(name), bool(r.failures),
+                                      r.failures[0] if r.failures else
+                                      f"no disagreement in {r.points} points"))
+    detail = (f"{result.points} Hypothesis points (derandomized): the all-N encoding agrees "
+              f"with affinity_core.step; N <= {result.max_n}, loads <= {result.max_load}, "
+              f"{result.negative_hashes} negative caller hashes, {result.gate_min_ge_4} gate "
+              "points with min >= 4")
+    if result.failures:
+        detail = "; ".join(result.failures)
+    return [Row(0, "Z3 all-N encoding == real core (wide)",
+                f"{result.points} points, N <= {result.max_n}, loads <= {result.max_load}, "
+                "hashes +-2^70", not result.failures, time.perf_counter() - start,
+                tuple(verdicts), detail, ("R-KEEP-1", "R-TIE-1", "R-TIE-4", "R-DET-2",
+                                          "R-GATE-1", "R-REL-1"),
+                {"points": result.points, "max_n": result.max_n,
+                 "max_load": result.max_load, "negative_hashes": result.negative_hashes,
+                 "gate_min_ge_4": result.gate_min_ge_4})]
+
