@@ -84,8 +84,8 @@ class ServerLimits:
 class IncomingRequest:
     """One parsed request: raw header pairs (names lower-case), the body, timing."""
 
-    __slots__ = ("body", "client", "connection", "headers", "keep_alive", "method", "path",
-                 "query", "received_at", "target", "version")
+    __slots__ = ("abandoned", "body", "client", "connection", "headers", "keep_alive",
+                 "method", "path", "query", "received_at", "target", "version")
 
     def __init__(self, connection: ClientConnection, received_at: float) -> None:
         self.connection = connection
@@ -98,6 +98,7 @@ class IncomingRequest:
         self.headers: list[tuple[bytes, bytes]] = []
         self.body = b""
         self.keep_alive = True
+        self.abandoned = False  # the client left while this request was handled
         self.client = connection.peer
 
     def header(self, name: bytes) -> bytes | None:
@@ -163,16 +164,21 @@ class ClientConnection(asyncio.Protocol):
         self._disarm()
         if self._drain is not None and not self._drain.done():
             self._drain.set_exception(ConnectionResetError("client went away"))
-        if self.task is not None and not self.task.done():
-            self.server.client_gone(self.request)
-            self.task.cancel()
+        self._abandon()
 
     def eof_received(self) -> bool | None:
         # A client that half-closes while its request runs has gone (as for nginx).
-        if self.task is not None and not self.task.done():
-            self.server.client_gone(self.request)
-            self.task.cancel()
+        self._abandon()
         return None  # close the transport
+
+    def _abandon(self) -> None:
+        """The client left: cancel the running handler once (it releases on the way out)."""
+        task, request = self.task, self.request
+        if task is not None and not task.done() and request is not None and (
+                not request.abandoned):
+            request.abandoned = True
+            self.server.client_gone(request)
+            task.cancel()
 
     def pause_writing(self) -> None:
         self._write_paused = True
@@ -364,6 +370,8 @@ class ClientConnection(asyncio.Protocol):
         self.task = None
         self.responding = False
         keep = self.request is not None and self.request.keep_alive
+        if task.cancelled() and self.request is not None:  # cancelled before it started
+            self.server.unhandled(self.request)
         self.request = None
         if self.closed or self.transport is None or self.transport.is_closing():
             return
@@ -422,7 +430,8 @@ class HttpServer:
 
     def __init__(self, handler: Handler, limits: ServerLimits,
                  on_refused: Callable[[int], None] | None = None,
-                 client_gone: Callable[[IncomingRequest | None], None] | None = None) -> None:
+                 client_gone: Callable[[IncomingRequest | None], None] | None = None,
+                 unhandled: Callable[[IncomingRequest], None] | None = None) -> None:
         self.handler = handler
         self.limits = limits
         self.loop = asyncio.get_event_loop()
@@ -431,6 +440,7 @@ class HttpServer:
         self.read_timeouts = 0
         self._on_refused = on_refused
         self._client_gone = client_gone
+        self._unhandled = unhandled
         self._server: asyncio.base_events.Server | None = None
 
     async def start(self, host: str, port: int) -> int:
@@ -466,3 +476,8 @@ class HttpServer:
     def client_gone(self, request: IncomingRequest | None) -> None:
         if self._client_gone is not None:
             self._client_gone(request)
+
+    def unhandled(self, request: IncomingRequest) -> None:
+        """A request whose handler was cancelled before its first step."""
+        if self._unhandled is not None:
+            self._unhandled(request)

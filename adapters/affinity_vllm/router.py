@@ -100,7 +100,8 @@ class Router:
             max_body_bytes=options.max_body_bytes, header_timeout=options.header_timeout,
             body_timeout=options.body_timeout, idle_timeout=options.idle_timeout,
             max_connections=options.max_connections),
-            on_refused=self._refused, client_gone=self._client_gone)
+            on_refused=self._refused, client_gone=self._client_gone,
+            unhandled=self._unhandled)
         self.port: int | None = None
         self.active_requests = 0
         self._routes: dict[tuple[str, str], tuple[str, Handler]] = {
@@ -215,6 +216,10 @@ class Router:
     def _client_gone(self, request: IncomingRequest | None) -> None:
         self.metrics.client_disconnects.inc()
 
+    def _unhandled(self, request: IncomingRequest) -> None:
+        route = self._routes.get((request.method, request.path))
+        self.metrics.requests.inc(route[0] if route is not None else "unmatched", "499")
+
     # --------------------------------------------------------------- requests
     async def handle(self, request: IncomingRequest) -> None:
         route = self._routes.get((request.method, request.path))
@@ -238,6 +243,8 @@ class Router:
             else:
                 client.abort()
             status = 500
+        if request.abandoned:
+            status = 499  # the client left, whatever the relay managed to finish
         self.metrics.requests.inc(label, str(status))
 
     def _no_route(self, request: IncomingRequest) -> int:

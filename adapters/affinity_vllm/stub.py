@@ -28,7 +28,13 @@ uncached_tokens`` before its first token and ``token_delay`` per generated token
 ``refuse`` closes the listening socket and all connections (connections are refused
 until ``accept``), ``hang`` makes every route wait until the fault is cleared,
 ``die_mid_stream`` aborts the connection after ``die_after_chunks`` chunks of a
-streaming response (or half a non-streaming body), ``error`` answers 500.
+streaming response (or half a non-streaming body), ``error`` answers 500, ``slow`` makes
+generation wait ``slow_seconds`` before its first byte while ``/health`` stays fast (a
+busy but healthy server), ``huge`` answers a non-streaming request with a JSON body of
+``huge_bytes`` written in 1 MiB pieces (``huge_sent`` counts what the socket took), and
+``unauthorized`` answers 401 with a ``WWW-Authenticate`` challenge. Every generation
+answer carries ``X-Request-Id``; each recorded request keeps its query string and all
+its headers.
 
 Output is deterministic: generated token ``i`` is a function of the prompt and ``i``.
 """
@@ -49,7 +55,8 @@ from aiohttp import web
 
 __all__ = ["FAULT_MODES", "BlockPrefixCache", "StubOptions", "StubServer", "main"]
 
-FAULT_MODES = ("none", "refuse", "hang", "die_mid_stream", "error")
+FAULT_MODES = ("none", "refuse", "hang", "die_mid_stream", "error", "slow", "huge",
+               "unauthorized")
 
 
 class BlockPrefixCache:
@@ -108,6 +115,8 @@ class StubOptions:
     prefill_delay: float = 0.0  # extra seconds per uncached prompt token
     token_delay: float = 0.0  # seconds per generated token
     die_after_chunks: int = 2
+    slow_seconds: float = 2.0
+    huge_bytes: int = 64 << 20
     log_path: str | None = None
 
 
@@ -151,6 +160,7 @@ class StubServer:
         self.completed = 0
         self.generated_tokens = 0
         self.requests: list[dict[str, Any]] = []  # one record per generate request
+        self.huge_sent = 0  # bytes of the current "huge" body the socket has taken
         self._runner: web.AppRunner | None = None
         self._site: web.TCPSite | None = None
         self.host = "127.0.0.1"
@@ -274,6 +284,16 @@ class StubServer:
             return web.json_response({"error": {"message": "injected fault",
                                                 "type": "InternalServerError", "code": 500}},
                                      status=500)
+        if self.fault == "unauthorized":
+            return web.json_response(
+                {"error": {"message": "bad token", "type": "AuthenticationError", "code": 401}},
+                status=401, headers={"WWW-Authenticate": 'Bearer realm="stub"',
+                                     "X-Request-Id": "auth-1"})
+        if self.fault == "slow":
+            await asyncio.sleep(self.options.slow_seconds)
+        if self.fault == "huge" and not body.get("stream"):
+            self._record(request, body, [], [])
+            return await self._huge(request)
         self.waiting += 1
         try:
             await self._slots.acquire()
@@ -315,7 +335,26 @@ class StubServer:
             await response.write(data[: len(data) // 2])
             self._abort(request)
             return response
-        return web.Response(body=data, content_type="application/json")
+        return web.Response(body=data, content_type="application/json",
+                            headers={"X-Request-Id": rid})
+
+    async def _huge(self, request: web.Request) -> web.StreamResponse:
+        size = self.options.huge_bytes
+        response = web.StreamResponse(headers={"Content-Type": "application/json"})
+        response.content_length = size
+        await response.prepare(request)
+        self.huge_sent = 0
+        piece = b" " * (1 << 20)
+        await response.write(b"{")
+        self.huge_sent = 1
+        while self.huge_sent < size - 1:
+            n = min(len(piece), size - 1 - self.huge_sent)
+            await response.write(piece[:n])  # waits while the reader is behind
+            self.huge_sent += n
+        await response.write(b"}")
+        self.huge_sent += 1
+        await response.write_eof()
+        return response
 
     def _choice(self, index: int, out: list[int], chat: bool, body: dict[str, Any]
                 ) -> dict[str, Any]:
@@ -332,7 +371,8 @@ class StubServer:
     async def _stream(self, request: web.Request, rid: str, outputs: list[list[int]],
                       chat: bool, usage: dict[str, Any]) -> web.StreamResponse:
         response = web.StreamResponse(headers={"Content-Type": "text/event-stream",
-                                               "Cache-Control": "no-cache"})
+                                               "Cache-Control": "no-cache",
+                                               "X-Request-Id": rid})
         await response.prepare(request)
         kind = "chat.completion.chunk" if chat else "text_completion"
         sent = 0
@@ -372,6 +412,8 @@ class StubServer:
     def _record(self, request: web.Request, body: dict[str, Any], prompts: list[list[int]],
                 hits: list[int]) -> None:
         record = {"backend": self.options.name, "path": request.path,
+                  "query": request.query_string,
+                  "all_headers": [[k.lower(), v] for k, v in request.headers.items()],
                   "headers": {k.lower(): v for k, v in request.headers.items()
                               if k.lower().startswith("x-")},
                   "user": body.get("user"), "prompt_tokens": sum(map(len, prompts)),
@@ -396,15 +438,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--prefill-delay", type=float, default=0.0)
     parser.add_argument("--token-delay", type=float, default=0.0)
     parser.add_argument("--log", default=None)
+    parser.add_argument("--fault", default="none", choices=FAULT_MODES[:1] + FAULT_MODES[2:],
+                        help="start in this fault mode")
+    parser.add_argument("--slow-seconds", type=float, default=2.0)
+    parser.add_argument("--huge-bytes", type=int, default=64 << 20)
     args = parser.parse_args(argv)
     options = StubOptions(
         name=args.name, model=args.model, block_size=args.block_size,
         cache_blocks=args.cache_blocks, max_num_seqs=args.max_num_seqs, delay=args.delay,
-        prefill_delay=args.prefill_delay, token_delay=args.token_delay, log_path=args.log)
+        prefill_delay=args.prefill_delay, token_delay=args.token_delay, log_path=args.log,
+        slow_seconds=args.slow_seconds, huge_bytes=args.huge_bytes)
 
     async def run() -> None:
         stub = StubServer(options)
         port = await stub.start(args.host, args.port)
+        await stub.set_fault(args.fault)
         print(f"ready {port}", flush=True)
         try:
             await asyncio.Event().wait()

@@ -40,6 +40,9 @@ __all__ = ["HIGH_WATER", "ConnectFailed", "UpstreamClosed", "UpstreamConnection"
            "UpstreamError", "UpstreamPool", "UpstreamTimeout"]
 
 HIGH_WATER = 256 << 10
+# asyncio.wait_for can swallow a cancellation that races with completion (before 3.12);
+# a client that leaves during a connect must cancel the request, so prefer timeout().
+_timeout = getattr(asyncio, "timeout", None)
 MAX_IDLE_PER_BACKEND = 256
 
 
@@ -267,8 +270,13 @@ class UpstreamPool:
         self.loop = asyncio.get_running_loop()
         started = time.monotonic()
         try:
-            _, protocol = await asyncio.wait_for(self.loop.create_connection(
-                lambda: UpstreamConnection(self, backend), host, port), self.connect_timeout)
+            connecting = self.loop.create_connection(
+                lambda: UpstreamConnection(self, backend), host, port)
+            if _timeout is not None:  # 3.11+: never swallows a cancellation
+                async with _timeout(self.connect_timeout):
+                    _, protocol = await connecting
+            else:  # pragma: no cover - Python 3.10
+                _, protocol = await asyncio.wait_for(connecting, self.connect_timeout)
         except asyncio.TimeoutError:
             raise ConnectFailed("connect_timeout", f"backend {backend}: no connection within "
                                 f"{self.connect_timeout:g} s") from None

@@ -144,3 +144,41 @@ async def router_over(backends: list[str], **router_options: Any) -> AsyncIterat
         yield router
     finally:
         await router.stop()
+
+
+def assert_replays(*paths: Any) -> int:
+    """The decision log files replay clean against the core (``affinity replay``'s
+    checks, in-process); returns the number of records."""
+    from affinity_conformance.log_replay import replay_files
+
+    results = replay_files([str(p) for p in paths])
+    for result in results:
+        assert result.divergence is None, result.divergence
+        assert result.truncated is None, result.truncated
+    return sum(r.records for r in results)
+
+
+async def raw_exchange(port: int, raw: bytes, *, pause: float = 0.0, rest: bytes = b"",
+                       timeout: float = 5.0) -> bytes:
+    """Send raw bytes (optionally ``rest`` after ``pause`` s) and read until the router
+    closes the connection or ``timeout``."""
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    try:
+        writer.write(raw)
+        await writer.drain()
+        if pause:
+            await asyncio.sleep(pause)
+        if rest:
+            writer.write(rest)
+            await writer.drain()
+        return await asyncio.wait_for(reader.read(1 << 20), timeout)
+    finally:
+        writer.close()
+
+
+def status_and_json(response: bytes) -> tuple[int, Any]:
+    """Status code and JSON body of one raw HTTP/1.1 response with a Content-Length."""
+    head, _, body = response.partition(b"\r\n\r\n")
+    status = int(head.split(b" ", 2)[1])
+    assert b"content-type: application/json" in head.lower(), head
+    return status, json.loads(body)
