@@ -23,10 +23,6 @@ import attrs
 
 from affinity_runtime.decision_log import LOG_FORMAT
 
-# The writer's old import path, kept while the vLLM router's files (rewritten alongside)
-# still import it from here at HEAD; not part of __all__. Import it from affinity_runtime.
-from affinity_runtime.decision_log import DecisionLogWriter as DecisionLogWriter
-
 __all__ = ["LogError", "LogRecord", "read_log"]
 
 
