@@ -161,15 +161,25 @@ class DecisionLogWriter:
         An existing non-empty file at the path is rotated away, never overwritten.
         """
         if self._lock is None:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            self._lock = acquire(self.lock_path, f"decision log {self.path}")
+            try:
+                self.path.parent.mkdir(parents=True, exist_ok=True)
+                self._lock = acquire(self.lock_path, f"decision log {self.path}")
+            except PathLocked:
+                raise
+            except OSError as exc:
+                raise self._cannot_open(exc) from None
         try:
             if self._file is None and self.path.is_file() and self.path.stat().st_size > 0:
                 self._rotate()
             self._open_new(config, state)
-        except OSError:
+        except OSError as exc:
             self.close()
-            raise
+            raise self._cannot_open(exc) from None
+
+    def _cannot_open(self, exc: OSError) -> OSError:
+        where = f" ({exc.filename})" if exc.filename else ""
+        return OSError(exc.errno, f"cannot open decision log {self.path}: "
+                       f"{exc.strerror or exc}{where}")
 
     def close(self) -> None:
         """Close the file and release the lock (a later start() takes it again)."""

@@ -160,5 +160,9 @@ def test_the_live_file_taken_away_is_detected_and_kept(tmp_path: Path, how: str)
 def test_a_writer_touches_nothing_before_start(tmp_path: Path) -> None:
     DecisionLogWriter(tmp_path / "sub" / "lb.ndjson")
     assert list(tmp_path.iterdir()) == []
+    (tmp_path / "file").write_text("")
+    unusable = tmp_path / "file" / "lb.ndjson"  # its parent is a file
+    with pytest.raises(OSError, match=f"cannot open decision log {unusable}: .*file"):
+        _started(unusable)
     with pytest.raises(ValueError, match="check_interval must be in"):
         DecisionLogWriter(tmp_path / "lb.ndjson", check_interval=-1.0)
