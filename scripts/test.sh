@@ -96,6 +96,26 @@ if [[ -z "${AFFINITY_VLLM_PYTHON:-}" && "${AFFINITY_ALLOW_NO_VLLM:-}" != "1" ]];
 fi
 # --- end of the real vLLM tier block ---------------------------------------------------
 
+# --- real router tier (issue 13, owner: affinity_conformance/router_check) ------------
+# tests/router_check/test_real_peers.py drives vllm-router 0.1.17 and sglang-router 0.3.2
+# (PyPI wheels, no Rust toolchain) from .venv-routers, created here when missing (about
+# 30 s, 220 MB; the same pins as benchmarks/bench_router.py). If the install fails, those
+# tests skip and say why.
+ROUTERS_VENV="$ROOT/.venv-routers"
+ROUTER_PINS="vllm-router==0.1.17 sglang-router==0.3.2"
+if [[ "$(cat "$ROUTERS_VENV/.affinity-routers" 2>/dev/null)" != "$ROUTER_PINS" ]]; then
+    step "creating $ROUTERS_VENV ($ROUTER_PINS)"
+    if python3 -m venv "$ROUTERS_VENV" >"$LOG_DIR/routers.log" 2>&1 \
+        && "$ROUTERS_VENV/bin/pip" install -q $ROUTER_PINS >>"$LOG_DIR/routers.log" 2>&1; then
+        printf '%s\n' "$ROUTER_PINS" >"$ROUTERS_VENV/.affinity-routers"
+        printf '    ok\n'
+    else
+        printf '    router install failed; the real-router tests will skip:\n' >&2
+        tail -3 "$LOG_DIR/routers.log" >&2 || true
+    fi
+fi
+# --- end of the real router tier block -------------------------------------------------
+
 step "pytest $*"
 set +e
 "$PY" -m pytest "$@"

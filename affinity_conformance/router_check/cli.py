@@ -41,9 +41,9 @@ examples:
   affinity check-router --preset vllm-router:sticky_least_loaded --policy legacy
   affinity check-router --router-cmd 'my-router --port {{port}} --workers {{backends}}' \\
       --session-header x-session-id --policy margin=1
-  affinity check-router --url http://127.0.0.1:8080 --policy legacy  (a running router
-      in front of the fleet's backends is not possible: --url needs --backends-of, so it
-      is meant for routers that discover the fleet; see docs/check-router.md)
+  # a router you run yourself, in front of the fleet's fixed ports 18001-18003:
+  affinity check-router --url http://127.0.0.1:8080 --fleet-ports 18001,18002,18003 \
+      --session-header x-session-id --policy legacy
 
 The Rust routers are installed into --routers-venv ({' '.join(ROUTER_PACKAGES)}) with
 --install-routers. Findings for them: docs/check-router.md.
@@ -68,6 +68,12 @@ def register(parser: argparse.ArgumentParser) -> None:
                        help="command with {port} and {backends} (one argument per backend URL) "
                        "or {backend} inside an argument (repeated per backend); also "
                        "{metrics_port}, {python}, {routers}, {margin}")
+    which.add_argument("--url", metavar="URL",
+                       help="attach to a running router instead (never restarted); its "
+                       "backends must be the fleet's --fleet-ports, in pool order")
+    parser.add_argument("--fleet-ports", type=_ports, default=(), metavar="P1,P2,...",
+                        help="bind the stub backends to these 127.0.0.1 ports (needed with "
+                        "--url; default: free ports)")
     parser.add_argument("--router-extra", default="", metavar="ARGS",
                         help="extra arguments appended to the router command, e.g. "
                         "'--margin 0' or '--assignment-mode min_load'")
@@ -129,6 +135,18 @@ def _positive(text: str) -> int:
     return value
 
 
+def _ports(text: str) -> tuple[int, ...]:
+    try:
+        ports = tuple(int(p) for p in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected ports like 18001,18002, got {text!r}") \
+            from None
+    bad = [p for p in ports if not 1 <= p <= 65535]
+    if bad or len(set(ports)) != len(ports):
+        raise argparse.ArgumentTypeError(f"expected distinct ports in [1, 65535], got {text!r}")
+    return ports
+
+
 def _float_in(text: str, low: float, high: float, what: str) -> float:
     try:
         value = float(text)
@@ -148,16 +166,34 @@ def _factor(text: str) -> float:
 
 
 def _preset(args: argparse.Namespace) -> Preset:
-    if (args.preset is None) == (args.router_cmd is None):
-        raise PresetError("give exactly one of --preset NAME and --router-cmd TEMPLATE")
+    given = [args.preset is not None, args.router_cmd is not None, args.url is not None]
+    if args.url is not None and args.preset is not None:
+        given[0] = False  # --url with --preset: the preset supplies header and claim
+    if sum(given) != 1:
+        raise PresetError("give exactly one of --preset NAME, --router-cmd TEMPLATE and --url")
+    if args.url is not None:
+        if not args.fleet_ports:
+            raise PresetError("--url needs --fleet-ports (the ports the router's backends are "
+                              "on, in pool order)")
+        if args.preset is None and args.policy is None:
+            raise PresetError("--url needs --policy (what the router claims to implement)")
+        if args.preset is not None:
+            return attrs.evolve(PRESETS[args.preset], settle="delay", pool=None,
+                                needs_routers_venv=False,
+                                session_header=args.session_header
+                                or PRESETS[args.preset].session_header)
+        return Preset("attached", ("{port}", "{backends}"),
+                      args.session_header or "x-session-id", args.policy, "delay", None, False,
+                      "a running router")
     if args.preset is not None:
         preset = PRESETS[args.preset]
         if args.session_header:
             preset = attrs.evolve(preset, session_header=args.session_header)
         return preset
+    template = parse_template(args.router_cmd)
     if args.policy is None:
         raise PresetError("--router-cmd needs --policy (what the router claims to implement)")
-    return Preset("custom", parse_template(args.router_cmd),
+    return Preset("custom", template,
                   args.session_header or "x-session-id", args.policy, "delay", None, False,
                   "custom command")
 
@@ -175,13 +211,15 @@ def run(args: argparse.Namespace) -> int:
     except (ClaimError, PresetError, ValueError) as exc:
         print(f"affinity check-router: {exc}", file=sys.stderr)
         return 2
-    shape = TraceShape(backends=args.backends, sessions=args.sessions, length=args.length,
+    backends = len(args.fleet_ports) if args.fleet_ports else args.backends
+    shape = TraceShape(backends=backends, sessions=args.sessions, length=args.length,
                        stream_percent=0 if args.no_streams else 25,
                        fail_percent=0 if args.no_failures else 15,
                        pool_percent=0 if args.no_pool_changes else 8)
-    options = CheckOptions(preset, claim, None, extra, args.routers_venv, shape, args.budget,
-                           args.seed, args.settle, args.settle_factor, args.shrink_runs,
-                           180.0, args.max_failures, args.out)
+    options = CheckOptions(preset, claim, args.url, extra, args.routers_venv, shape,
+                           args.budget, args.seed, args.settle, args.settle_factor,
+                           args.shrink_runs, 180.0, args.max_failures, args.out,
+                           args.fleet_ports)
     try:
         report = run_sync(options)
     except PresetError as exc:

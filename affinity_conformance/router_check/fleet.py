@@ -84,10 +84,13 @@ class _Held:
 class RecordingFleet:
     """``size`` recording backends; see the module docstring."""
 
-    def __init__(self, size: int, host: str = "127.0.0.1") -> None:
+    def __init__(self, size: int, host: str = "127.0.0.1",
+                 ports: tuple[int, ...] = ()) -> None:
         if not isinstance(size, int) or isinstance(size, bool) or not 1 <= size <= 64:
             raise FleetError(f"fleet size must be an integer in [1, 64], got {size!r}")
-        self.size, self.host = size, host
+        if ports and len(ports) != size:
+            raise FleetError(f"{len(ports)} fleet ports given for {size} backends")
+        self.size, self.host, self.ports = size, host, ports
         self.urls: list[str] = []
         self.arrivals: list[Arrival] = []
         self.probes: dict[str, int] = {}
@@ -102,7 +105,7 @@ class RecordingFleet:
         for index in range(self.size):
             runner = web.AppRunner(self._app(index), access_log=None)
             await runner.setup()
-            site = web.TCPSite(runner, self.host, 0)
+            site = web.TCPSite(runner, self.host, self.ports[index] if self.ports else 0)
             await site.start()
             port = int(runner.addresses[0][1])
             self._runners.append(runner)
@@ -176,8 +179,9 @@ class RecordingFleet:
     # ------------------------------------------------------------------ backend side
     def _app(self, index: int) -> web.Application:
         app = web.Application()
-        app.router.add_post("/v1/completions", lambda r: self._generate(index, r, chat=False))
-        app.router.add_post("/v1/chat/completions", lambda r: self._generate(index, r, chat=True))
+        app.router.add_post("/v1/completions", functools.partial(self._generate, index, False))
+        app.router.add_post("/v1/chat/completions",
+                            functools.partial(self._generate, index, True))
         for path in _KNOWN_GETS:
             app.router.add_get(path, functools.partial(self._probe_handler, index, path))
         app.router.add_route("*", "/{tail:.*}", self._unknown)
@@ -218,7 +222,8 @@ class RecordingFleet:
                                  f"{running}\nvllm:num_requests_waiting{{model_name=\"{MODEL}\"}}"
                                  " 0\n", content_type="text/plain")
 
-    async def _generate(self, index: int, request: web.Request, chat: bool) -> web.StreamResponse:
+    async def _generate(self, index: int, chat: bool, request: web.Request
+                        ) -> web.StreamResponse:
         try:
             payload = json.loads(await request.read() or b"{}")
         except (ValueError, UnicodeDecodeError):

@@ -31,7 +31,7 @@ import attrs
 from .claims import Claim
 from .fleet import RecordingFleet
 from .harness import RunResult, StepDivergence, run_trace, shrink_ops, write_vector
-from .presets import DEFAULT_ROUTERS_VENV, Preset
+from .presets import DEFAULT_ROUTERS_VENV, Preset, PresetError
 from .target import SettlePlan, Target
 from .trace import Op, TraceShape, describe, generate, server_ids
 
@@ -56,6 +56,7 @@ class CheckOptions:
     shrink_seconds: float = 180.0
     max_failures: int = 3
     out: Path | None = None
+    fleet_ports: tuple[int, ...] = ()
 
 
 @attrs.frozen
@@ -133,8 +134,12 @@ async def check_router(options: CheckOptions) -> RouterReport:
         report.notes.append("attached with --url: the router is not restarted between runs; "
                             "each run uses fresh session keys, but per-backend state the "
                             "router keeps (e.g. session counts) carries over")
-    fleet = RecordingFleet(shape.backends)
-    await fleet.start()
+    fleet = RecordingFleet(shape.backends, ports=options.fleet_ports)
+    try:
+        await fleet.start()
+    except OSError as exc:
+        await fleet.stop()
+        raise PresetError(f"cannot bind the fleet's ports {options.fleet_ports}: {exc}") from None
     timeout = aiohttp.ClientTimeout(total=None, sock_connect=5)
     try:
         async with aiohttp.ClientSession(timeout=timeout) as http:

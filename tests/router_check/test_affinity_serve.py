@@ -1,0 +1,59 @@
+"""Acceptance: ``affinity check-router`` against ``affinity serve`` on the stub fleet.
+
+* ``--preset affinity --policy margin=2`` conforms;
+* the same check against ``affinity serve --margin 0`` fails, with a shrunk trace whose
+  first divergence names R-KEEP-1, written as a vector that the core replays;
+* both verdicts are unchanged with every settle doubled (``--settle-factor 2``).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from affinity_cli.main import main
+from affinity_conformance.vector_format import EventStep, load_case
+
+COMMON = ["--budget", "2", "--length", "16", "--shrink-runs", "12", "--max-failures", "1"]
+
+
+def _check(tmp_path: Path, name: str, capsys: pytest.CaptureFixture[str],
+           *argv: str) -> tuple[int, dict[str, object]]:
+    code = main(["check-router", "--preset", "affinity", "--policy", "margin=2", *COMMON,
+                 "--out", str(tmp_path / name), "--json", *argv])
+    report = json.loads(capsys.readouterr().out)
+    assert isinstance(report, dict)
+    return code, report
+
+
+@pytest.mark.parametrize("factor", ["1", "2"])
+def test_affinity_serve_conforms_to_its_margin(tmp_path: Path, factor: str,
+                                               capsys: pytest.CaptureFixture[str]) -> None:
+    code, report = _check(tmp_path, "pass", capsys, "--settle-factor", factor)
+    assert code == 0 and report["verdict"] == "pass", report
+    assert report["traces"] == 2 and report["passed"] == 2
+    settle = report["settle"]
+    assert isinstance(settle, dict) and settle["mode"] == "status"
+    assert settle["factor"] == float(factor) and settle["delay_s"] >= 0.05 * float(factor)
+
+
+@pytest.mark.parametrize("factor", ["1", "2"])
+def test_margin_0_claimed_as_margin_2_fails_naming_r_keep_1(
+        tmp_path: Path, factor: str, capsys: pytest.CaptureFixture[str]) -> None:
+    code, report = _check(tmp_path, "fail", capsys, "--router-extra", "--margin 0",
+                          "--settle-factor", factor)
+    assert code == 1 and report["verdict"] == "fail"
+    failures = report["failures"]
+    assert isinstance(failures, list) and len(failures) == 1
+    failure = failures[0]
+    assert "R-KEEP-1" in failure["requirements"]
+    assert failure["confirmed_on_rerun"] is True
+    # shrunk to the two-acquire core of the bug: a pin at load 1, min 0, kept by margin 2
+    assert len(failure["minimal_trace"]) == 2, failure["minimal_trace"]
+    assert "as a router with margin < 1 would" in failure["diagnosis"]
+    case = load_case(Path(failure["vector"]))
+    assert "R-KEEP-1" in case.requirements
+    events = [s for s in case.steps if isinstance(s, EventStep)]
+    assert [s.expect["path"] for s in events if s.expect] == ["new", "kept"]

@@ -1,0 +1,69 @@
+"""``affinity check-router`` against the real Rust routers from PyPI.
+
+vllm-router 0.1.17 and sglang-router 0.3.2 run from ``.venv-routers`` (scripts/test.sh
+creates it; without it these tests skip, saying so). Each check runs twice, the second
+time with every settle doubled, and the verdict and the kinds of divergence must agree:
+the waits suffice. The findings asserted here are the ones docs/check-router.md explains.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from affinity_cli.main import main
+from affinity_conformance.router_check.presets import DEFAULT_ROUTERS_VENV, routers_available
+
+pytestmark = pytest.mark.skipif(
+    not routers_available(DEFAULT_ROUTERS_VENV),
+    reason=f"{DEFAULT_ROUTERS_VENV} with vllm-router==0.1.17 and sglang-router==0.3.2 is "
+           "missing (scripts/test.sh creates it; it needs PyPI)")
+
+
+def _run(tmp_path: Path, capsys: pytest.CaptureFixture[str], *argv: str) -> list[dict[str,
+                                                                                      object]]:
+    reports = []
+    for factor in ("1", "2"):
+        code = main(["check-router", *argv, "--settle-factor", factor, "--json",
+                     "--out", str(tmp_path / f"f{factor}")])
+        report = json.loads(capsys.readouterr().out)
+        assert code == (1 if report["verdict"] == "fail" else 0)
+        reports.append(report)
+    assert reports[0]["verdict"] == reports[1]["verdict"]
+    kinds = [{tuple(f["requirements"]) for f in r["failures"]} for r in reports]
+    assert kinds[0] == kinds[1], kinds
+    return reports
+
+
+def test_vllm_router_sticky_least_loaded_counts_sessions_not_requests(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # Fixed fleet ports: vllm-router's rendezvous hash covers the worker URLs, so with
+    # them fixed the router is deterministic and both runs must shrink to the same trace.
+    reports = _run(tmp_path, capsys, "--preset", "vllm-router:sticky_least_loaded",
+                   "--policy", "legacy", "--no-failures", "--no-pool-changes", "--budget", "2",
+                   "--length", "12", "--shrink-runs", "10", "--max-failures", "1",
+                   "--fleet-ports", "47311,47312,47313")
+    traces = []
+    for report in reports:
+        assert report["verdict"] == "fail"
+        failure = report["failures"][0]  # type: ignore[index]
+        assert "R-PLACE-1" in failure["requirements"]
+        assert any("sessions placed per backend" in v for v in failure["consistent_load_views"])
+        assert not any("(the spec)" in v for v in failure["consistent_load_views"])
+        traces.append(failure["minimal_trace"])
+    assert traces[0] == traces[1]
+
+
+def test_sglang_router_manual_places_new_keys_at_random(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    reports = _run(tmp_path, capsys, "--preset", "sglang-router:manual", "--policy", "legacy",
+                   "--no-failures", "--no-streams", "--budget", "4", "--length", "16",
+                   "--shrink-runs", "4", "--max-failures", "1")
+    for report in reports:
+        assert report["verdict"] == "fail"
+        failure = report["failures"][0]  # type: ignore[index]
+        assert "R-PLACE-1" in failure["requirements"]
+        settle = report["settle"]
+        assert isinstance(settle, dict) and settle["mode"] == "smg"
