@@ -20,7 +20,11 @@ point:
    request), ``pool[h mod n]`` with Python's floored ``mod`` (R-DET-2);
 3. the encoding is evaluated at the point (``substitute`` + ``simplify``): the witnesses
    of the minimum, maximum and placement must satisfy their definitions, and the decision
-   (with the spec's placement) must equal the core's.
+   (with the spec's placement) must equal the core's;
+4. at a legacy point (margin and gate null, ``first`` or ``draw`` ties) the all-N legacy
+   encoding, its tie rank replaced by the concrete running count of minima
+   (``substitute_funs``), must accept the server of the independent legacy model
+   (``affinity_core.legacy``) and reject every other tie and the pin.
 """
 
 from __future__ import annotations
@@ -45,8 +49,9 @@ from affinity_core import (
     StickyLru,
     step,
 )
+from affinity_core.legacy import LegacyModel, Ties, legacy_acquire
 
-from .z3_param import Pool, decide, det_index
+from .z3_param import Pool, decide, det_index, legacy_decide
 
 __all__ = ["WidePoint", "WideResult", "check_point", "points", "run"]
 
@@ -182,6 +187,28 @@ class _Encoding:
         d = decide(self.pool)
         self.terms = (d.choice, d.kept, d.broken, d.pin_after)
         self.det_term = det_index(self.pool.hash, self.pool.n)
+        self.rank = z3.Function("rank", z3.IntSort(), z3.IntSort())
+        self.tie = z3.Int("tie")
+        self.legacy, self.legacy_choice = legacy_decide(self.pool, self.rank, self.tie)
+
+    def legacy_accepts(self, p: WidePoint, tie: int, candidates: list[int]) -> list[int]:
+        """The candidate positions the all-N legacy encoding accepts at ``p``."""
+        a, loads = self.pool, p.loads
+        low, running, ranks = min(loads), 0, []
+        for x in loads:
+            ranks.append(running)
+            running += x == low
+        ranks.append(running)
+        body: Any = z3.IntVal(-1)
+        for i in reversed(range(len(ranks))):
+            body = z3.If(z3.Var(0, z3.IntSort()) == i, ranks[i], body)
+        term = z3.substitute_funs(self.legacy, (self.rank, body))
+        term = z3.simplify(z3.substitute(term, *[
+            (a.n, z3.IntVal(len(loads))), (a.pin, z3.IntVal(p.pin)),
+            (a.hit, z3.BoolVal(p.sticky == "hit")), (a.det, z3.BoolVal(p.det)),
+            (a.hash, z3.IntVal(p.request_hash)), (self.tie, z3.IntVal(tie))]))
+        return [c for c in candidates if z3.is_true(z3.simplify(
+            z3.substitute(term, (self.legacy_choice, z3.IntVal(c)))))]
 
     def evaluate(self, p: WidePoint, placement: int) -> tuple[Any, ...]:
         a, loads = self.pool, p.loads
@@ -240,6 +267,29 @@ def check_point(p: WidePoint, enc: _Encoding) -> str | None:
     if got != core:
         return (f"{_describe(p)}: core (choice, kept, broken, pin) = {core}, "
                 f"all-N encoding with {placement_text} = {got}")
+    if p.margin is None and p.gate is None and p.keyed and p.tie_break != "hashed":
+        return _check_legacy(p, enc)
+    return None
+
+
+def _check_legacy(p: WidePoint, enc: _Encoding) -> str | None:
+    servers = [f"s{i}" for i in range(len(p.loads))]
+    lru: tuple[tuple[str, str], ...] = ()
+    if p.sticky != "miss":
+        lru = ((RID, "gone" if p.sticky == "removed" else servers[p.pin]),)
+    model = LegacyModel(tuple(zip(servers, p.loads, strict=True)), lru, 4, p.det)
+    ties: Ties = "first" if p.tie_break == "first" else "draw"
+    result = legacy_acquire(model, RID, ties=ties, tie_draw=p.tie_draw,
+                            request_hash=p.request_hash)
+    expected = servers.index(result.server_id or "")
+    low = min(p.loads)
+    tied = [i for i, x in enumerate(p.loads) if x == low]
+    tie = 0 if ties == "first" else p.tie_draw % len(tied)
+    candidates = sorted({expected, p.pin, *tied[:8], *tied[-8:]})
+    accepted = enc.legacy_accepts(p, tie, candidates)
+    if accepted != [expected]:
+        return (f"{_describe(p)}: the all-N legacy encoding accepts {accepted} of "
+                f"{candidates}, the legacy model chose {expected}")
     return None
 
 
@@ -262,6 +312,7 @@ class WideResult:
     max_load: int
     negative_hashes: int
     gate_min_ge_4: int
+    legacy_points: int
 
 
 def run(count: int, max_failures: int = 3,
@@ -280,4 +331,6 @@ def run(count: int, max_failures: int = 3,
         len(sample), time.perf_counter() - start, tuple(failures),
         max(len(p.loads) for p in sample), max(max(p.loads) for p in sample),
         sum(1 for p in sample if p.det and p.request_hash < 0),
-        sum(1 for p in sample if p.gate is not None and min(p.loads) >= 4))
+        sum(1 for p in sample if p.gate is not None and min(p.loads) >= 4),
+        sum(1 for p in sample if p.margin is None and p.gate is None and p.keyed
+            and p.tie_break != "hashed"))
