@@ -30,8 +30,10 @@ from typing import Any
 from .bfs_tasks import run_spec
 from .scopes import scope_named
 from .z3_lemmas import LEMMAS, lemma_by_name, run_lemma
+from .z3_param_lemmas import PARAM_LEMMAS
+from .z3_param_lemmas import run as run_param
 
-__all__ = ["bfs_rates", "largest_n", "main"]
+__all__ = ["all_n_times", "bfs_rates", "largest_n", "main"]
 
 
 def _ns(max_n: int) -> Iterator[int]:
@@ -62,6 +64,22 @@ def largest_n(name: str, budget: float, max_n: int) -> dict[str, Any]:
             "seconds_at_largest": round(best[1], 2) if best else None, "stopped": stop}
 
 
+def all_n_times() -> list[dict[str, Any]]:
+    """CPU time of each all-N lemma (z3_param_lemmas) and of refuting its mutants."""
+    out = []
+    for lemma in PARAM_LEMMAS:
+        start = time.process_time()
+        proof = run_param(lemma)
+        proof_cpu = time.process_time() - start
+        verdicts = [run_param(lemma, v).verdict for v in lemma.mutants]
+        out.append({"lemma": lemma.name, "obligation": lemma.obligation,
+                    "verdict": proof.verdict, "cpu_seconds": round(proof_cpu, 3),
+                    "mutants_cpu_seconds": round(time.process_time() - start - proof_cpu, 3),
+                    "mutants_refuted": sum(v == "counterexample" for v in verdicts),
+                    "mutants": len(verdicts)})
+    return out
+
+
 def bfs_rates(scope: str) -> list[dict[str, Any]]:
     out = []
     for run in scope_named(scope).bfs_runs:
@@ -76,8 +94,15 @@ def bfs_rates(scope: str) -> list[dict[str, Any]]:
     return out
 
 
-def _markdown(lemmas: list[dict[str, Any]], bfs: list[dict[str, Any]], budget: float) -> str:
-    lines = [f"| Z3 lemma | obligation | largest N within {budget:g} s | time at that N | "
+def _markdown(lemmas: list[dict[str, Any]], bfs: list[dict[str, Any]], budget: float,
+              all_n: list[dict[str, Any]]) -> str:
+    lines = ["| Z3 lemma, all N | obligation | verdict | CPU s | mutants refuted (CPU s) |",
+             "|---|---|---|---|---|"]
+    for r in all_n:
+        lines.append(f"| `{r['lemma']}` | {r['obligation']} | {r['verdict']} | "
+                     f"{r['cpu_seconds']} | {r['mutants_refuted']}/{r['mutants']} "
+                     f"({r['mutants_cpu_seconds']}) |")
+    lines += ["", f"| Z3 lemma | obligation | largest N within {budget:g} s | time at that N | "
              "next step |", "|---|---|---|---|---|"]
     for r in lemmas:
         lines.append(f"| `{r['lemma']}` | {r['obligation']} | {r['largest_n']} | "
@@ -102,13 +127,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--json", type=Path, default=None)
     args = parser.parse_args(argv)
     names = args.lemma or [x.name for x in LEMMAS]
+    all_n = all_n_times()
     lemmas = [largest_n(name, args.budget, args.max_n) for name in names]
     bfs = [] if args.skip_bfs else bfs_rates(args.bfs_scope)
-    print(_markdown(lemmas, bfs, args.budget))
+    print(_markdown(lemmas, bfs, args.budget, all_n))
     if args.json is not None:
-        args.json.write_text(json.dumps({"lemmas": lemmas, "bfs": bfs}, indent=2) + "\n",
-                             encoding="utf-8")
-    return 1 if any("FAILURE" in r["stopped"] for r in lemmas) else 0
+        args.json.write_text(json.dumps({"all_n": all_n, "lemmas": lemmas, "bfs": bfs},
+                                        indent=2) + "\n", encoding="utf-8")
+    failed = any(r["verdict"] != "proved" or r["mutants_refuted"] != r["mutants"]
+                 for r in all_n)
+    return 1 if failed or any("FAILURE" in r["stopped"] for r in lemmas) else 0
 
 
 if __name__ == "__main__":
