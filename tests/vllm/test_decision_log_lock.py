@@ -14,6 +14,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -27,7 +28,7 @@ from pathlib import Path
 
 import pytest
 
-from affinity_conformance.decision_log import read_log
+from affinity_conformance.decision_log import LogError, read_log
 
 from .fleet import fleet, run, settle
 
@@ -70,6 +71,16 @@ def _snapshot(directory: Path) -> dict[str, bytes]:
     return {p.name: p.read_bytes() for p in sorted(directory.iterdir())}
 
 
+def _wait_for_records(path: Path, count: int, timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while True:
+        with contextlib.suppress(LogError):  # a line being written as we read
+            if sum(_ops(path).values()) >= count:
+                return
+        assert time.monotonic() < deadline, f"{path} did not reach {count} records"
+        time.sleep(0.02)
+
+
 def _ops(path: Path) -> dict[str, int]:
     ops: dict[str, int] = {}
     for record in read_log(path):
@@ -95,6 +106,7 @@ def test_second_router_on_the_same_log_fails_and_the_first_log_replays_complete(
         port = int(re.findall(r":(\d+) ", _read_line(first, r"listening on http://"))[0])
         for i in range(20):
             _complete(port, f"conv-{i % 4}")
+        _wait_for_records(path, 40)  # the last release is logged just after the response
         before = _snapshot(logs)
         assert set(before) == {"decisions.ndjson", "decisions.ndjson.lock"}
         assert before["decisions.ndjson.lock"].decode().strip() == str(first.pid)
