@@ -260,6 +260,61 @@ async def overhead(router_url: str, backends: list[str], pairs: int, text: bool,
     return diffs, routed_all, direct_all
 
 
+async def throughput(url: str, clients: int, requests: int, headers: tuple[str, ...],
+                     text: bool) -> float:
+    """Requests per second that ``clients`` concurrent keep-alive clients get from ``url``
+    (``requests`` tiny completions in all, after a short warm-up)."""
+    connector = aiohttp.TCPConnector(limit=clients)
+    async with aiohttp.ClientSession(connector=connector) as client:
+        async def one(i: int) -> None:
+            tokens = [11 + (i * 7 + k) % 900 for k in range(8)]
+            body = {"model": "tiny", "prompt": " ".join(f"w{t}" for t in tokens) if text
+                    else tokens, "max_tokens": 1}
+            async with client.post(url + "/v1/completions", json=body,
+                                   headers=dict.fromkeys(headers, f"tp-{i % 256}")) as resp:
+                await resp.read()
+                if resp.status != 200:
+                    raise RuntimeError(f"throughput request to {url} failed: {resp.status}")
+
+        async def loop(worker: int, count: int) -> None:
+            for n in range(count):
+                await one(n * clients + worker)
+
+        await asyncio.gather(*(loop(w, 2) for w in range(clients)))  # warm-up
+        started = time.perf_counter()
+        await asyncio.gather(*(loop(w, requests // clients) for w in range(clients)))
+        return (requests // clients) * clients / (time.perf_counter() - started)
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of a process and its threads (Linux /proc), in seconds."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def measure_throughput(c: Contender, stubs: list[str], venv: Path, args: argparse.Namespace,
+                       log_dir: Path) -> tuple[float, float, float]:
+    """(req/s through the router, req/s straight to one stub) at ``--throughput-clients``,
+    measured back to back, and the router process's CPU time per request in that phase
+    (less sensitive to what else the machine runs than any latency). The router's rate is
+    the one to compare across routers; the direct rate shows the client and stub budget."""
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    proc = start_router(router_command(c, port, stubs, venv), url,
+                        log_dir / f"throughput_{c.name.replace(' ', '_')}.log")
+    try:
+        before = cpu_seconds(proc.pid)
+        routed = asyncio.run(throughput(url, args.throughput_clients, args.throughput_requests,
+                                        c.headers, c.text))
+        cpu_per_request = (cpu_seconds(proc.pid) - before) / (
+            args.throughput_requests + 2 * args.throughput_clients)
+    finally:
+        stop_router(proc)
+    direct = asyncio.run(throughput(stubs[0], args.throughput_clients,
+                                    args.throughput_requests, c.headers, c.text))
+    return routed, direct, cpu_per_request
+
+
 def percentile(values: list[float], q: float) -> float:
     ordered = sorted(values)
     index = min(len(ordered) - 1, max(0, round(q * (len(ordered) - 1))))
@@ -479,10 +534,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=5,
                         help="workload runs per contender, interleaved (median makespan)")
     parser.add_argument("--overhead-pairs", type=int, default=300)
+    parser.add_argument("--throughput-clients", type=int, default=64)
+    parser.add_argument("--throughput-requests", type=int, default=4096)
     args = parser.parse_args(argv)
     if args.quick:
         args.long_sessions, args.short_sessions, args.long_turns = 2, 6, 4
-        args.overhead_pairs, args.rounds = 30, 1
+        args.overhead_pairs, args.rounds, args.throughput_requests = 30, 1, 512
     contenders = [c for c in CONTENDERS
                   if not args.only or any(o in c.name for o in args.only)]
     venv = routers_venv(args.routers_venv)
@@ -497,6 +554,12 @@ def main(argv: list[str] | None = None) -> int:
                               f"{1000 * statistics.median(diffs):.3f} ms (routed "
                               f"{1000 * statistics.median(routed):.3f} ms, direct "
                               f"{1000 * statistics.median(direct):.3f} ms)", flush=True)
+                    rps, direct_rps, cpu = measure_throughput(c, stubs.urls, venv, args,
+                                                              Path(tmp))
+                    print(f"{c.name} ({args.throughput_clients} clients): {rps:.0f} req/s "
+                          f"(one stub direct: {direct_rps:.0f} req/s), router CPU "
+                          f"{1e6 * cpu:.0f} us/request; load average "
+                          f"{os.getloadavg()[0]:.2f}", flush=True)
             finally:
                 stubs.stop()
         return 0
