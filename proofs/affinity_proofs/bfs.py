@@ -10,11 +10,23 @@ a failing check yields a :class:`Violation` with the shortest trace from the ini
 state, rebuilt from parent pointers.
 
 Finiteness. Loads are bounded by ``load_cap``: edges into states above the cap are still
-checked but not expanded. The affinity counters and the lease book's status counters grow
-forever, yet no transition reads their values (only increments them), so a state is
-stored with each such counter clamped to at most 1 -- enough to see a reset or a
-decrement. Lease epochs are renumbered densely in order (the book only compares epochs for
-equality and order), and the number of held leases is bounded by ``lease_cap``.
+checked but not expanded. A post-state outside the *domain* of the state -- a negative
+in-flight count, a stored external load <= 0, a held-lease count < 1, more held-lease
+entries than ``lease_cap``, a total that is not the sum of the loads, a sticky map above
+its capacity -- is a violation (:func:`out_of_domain`), never a new state: a broken core
+cannot make the search space unbounded.
+
+Fail fast. The first violation stops the search (every caller wants the shortest
+counterexample, and a broken core must not be explored further). A crash of ``step`` is
+a violation of R-OUT-1 (obligation 11) with the traceback's last line; a crash raised
+by a negative control's own code is a :class:`ControlError` (the control is inconclusive).
+
+Clamping. The affinity counters and the lease book's status counters grow forever, yet no
+transition reads their values (only increments them), so a state is stored with each
+such counter clamped to at most 1 (the lease status counters: 0) -- enough to see a reset
+or a decrement, since every check compares a post-state with its stored pre-state. Lease
+epochs are renumbered densely in order (the book only compares epochs for equality and
+order), and the number of held leases is bounded by ``lease_cap``.
 
 Environment. An :class:`Environment` decides which events are possible and may carry
 its own ground truth (outstanding requests), so conservation and lease accounting are
@@ -32,6 +44,7 @@ from __future__ import annotations
 
 import itertools
 import time
+import traceback
 from collections import deque
 from collections.abc import Callable, Hashable, Iterable, Sequence
 from typing import Any, Protocol
@@ -44,11 +57,13 @@ from affinity_core import Config, Event, LeaseBook, State, Transition, initial_s
 __all__ = [
     "BfsResult",
     "Check",
+    "ControlError",
     "Edge",
     "Environment",
     "Violation",
     "explore",
     "normalize",
+    "out_of_domain",
     "state_key",
 ]
 
@@ -186,6 +201,54 @@ def held_leases(state: State) -> int:
     return sum(c for held in state.leases.held.values() for _, c in held)
 
 
+# Where a domain violation is reported: counts and totals are conservation (R-CONS-1,
+# R-ST-2), the sticky map's size is the cache bound, held leases are lease accounting.
+DOMAIN_OBLIGATION = {"count": 9, "cache": 10, "lease": 14}
+STEP_TOTAL = "step_total"  # the check name of a crash of step (R-OUT-1)
+STEP_TOTAL_OBLIGATION = 11
+
+
+class ControlError(RuntimeError):
+    """A negative control (a mutant of :mod:`.mutants`) crashed in its own code."""
+
+
+def _raised_by_control(exc: BaseException) -> bool:
+    frames = traceback.extract_tb(exc.__traceback__)
+    return bool(frames) and frames[-1].filename.endswith(("affinity_proofs/mutants.py",
+                                                          "affinity_proofs\\mutants.py"))
+
+
+def out_of_domain(config: Config, state: State, lease_cap: int) -> tuple[str, str] | None:
+    """``(kind, message)`` when ``state`` is outside the domain every state must lie in."""
+    items = state.pool.items()
+    external = state.external
+    if external:
+        bad = [(s, n) for s, n in external.items() if n <= 0 or s not in state.pool]
+        if bad:
+            return "count", f"external load stored <= 0 or for an inactive server: {bad}"
+        items_f = tuple((s, n - external.get(s, 0)) for s, n in items)
+    else:
+        items_f = items
+    if any(n < 0 for _, n in items_f):
+        return "count", f"in-flight count below 0: {[x for x in items_f if x[1] < 0]}"
+    total = sum(n for _, n in items)
+    if total != state.pool.total:
+        return "count", f"pool total {state.pool.total} != sum of loads {total}"
+    if len(state.lru) > config.max_cache_size:
+        return "cache", f"{len(state.lru)} sticky entries > max_cache_size " \
+                        f"{config.max_cache_size}"
+    book = state.leases
+    entries = [(k, e, c) for k, held in book.held.items() for e, c in held]
+    if any(c < 1 for _, _, c in entries):
+        return "lease", f"held lease count below 1: {[x for x in entries if x[2] < 1]}"
+    if len(entries) > lease_cap + 1:
+        return "lease", f"{len(entries)} held-lease entries > the declared bound {lease_cap}"
+    if book.unknown_leases < 0 or book.stale_leases < 0:
+        return "lease", f"lease counters below 0: unknown {book.unknown_leases}, " \
+                        f"stale {book.stale_leases}"
+    return None
+
+
 def explore(
     config: Config,
     servers: Sequence[str],
@@ -196,9 +259,10 @@ def explore(
     load_cap: int,
     lease_cap: int = 4,
     symmetry: bool = False,
-    stop_on_first: bool = False,
+    stop_on_first: bool = True,
     max_states: int = 2_000_000,
     count_orbits: bool = False,
+    control_raises_by_design: bool = False,
 ) -> BfsResult:
     """Breadth-first search from ``initial_state(config, initial_pool)``."""
     start = time.perf_counter()
@@ -242,15 +306,31 @@ def explore(
                 t = step(config, pre, event)
                 error = None
             except Exception as exc:  # a crash is a finding: step must be total (R-OUT-1)
-                t, error = None, f"step raised {type(exc).__name__}: {exc}"
-            post_env = None if t is None else env.advance(config, pre, pre_env, label, event, t)
-            edge = Edge(config, pre, event, t, error, label, pre_env, post_env)
-            post = None if t is None or post_env is None else t.state
+                if not control_raises_by_design and _raised_by_control(exc):
+                    # the mutant's own code raised, not the core: the control is broken
+                    raise ControlError(f"the negative control raised {exc!r}") from exc
+                t, error = None, f"R-OUT-1: step raised {type(exc).__name__}: {exc}"
+            domain = None if t is None else out_of_domain(config, t.state, lease_cap)
+            if error is not None or domain is not None:
+                trace, labels = trace_to(key, event, label)
+                if domain is not None:
+                    kind, why = domain
+                    found = Violation(f"domain_{kind}", DOMAIN_OBLIGATION[kind], why,
+                                      config, trace, labels)
+                else:
+                    found = Violation(STEP_TOTAL, STEP_TOTAL_OBLIGATION, str(error), config,
+                                      trace, labels)
+                violations.append(found)
+                truncated = True
+                queue.clear()
+                break
+            assert t is not None
+            post_env = env.advance(config, pre, pre_env, label, event, t)
+            edge = Edge(config, pre, event, t, None, label, pre_env, post_env)
+            post = None if post_env is None else t.state
             post_key = None
-            # Negative counts only arise in a broken core (a check reports them); never
-            # expanding them keeps every search finite.
-            expand = post is not None and (len(post.pool) == 0 or (
-                post.pool.min_load >= 0 and post.pool.max_load <= load_cap)) and (
+            expand = post is not None and (len(post.pool) == 0 or
+                                           post.pool.max_load <= load_cap) and (
                 not config.lease_accounting or held_leases(post) <= lease_cap)
             if post is not None and expand:
                 post = normalize(post)
@@ -261,7 +341,7 @@ def explore(
                         check.events is not None and not isinstance(event, check.events)):
                     continue
                 try:
-                    message = error if error is not None else check.violation(edge)
+                    message = check.violation(edge)
                 except Exception as exc:  # a check that cannot evaluate is a finding too
                     message = f"check raised {type(exc).__name__}: {exc}"
                 if message is not None:

@@ -53,6 +53,7 @@ from affinity_core.legacy import LegacyModel, legacy_step
 from affinity_core.machine import Lookup
 
 from .bfs import Check, Edge
+from .bfs_spec_checks import SPEC_CHECKS
 
 __all__ = ["CHECKS", "checks_for", "in_flight_check", "lease_ground_truth_check",
            "legacy_status", "lockstep_applies"]
@@ -105,8 +106,9 @@ def legacy_status(model: LegacyModel) -> dict[str, Any]:
 
 def _lockstep(edge: Edge) -> str | None:
     c, pre, ev, t = edge.config, edge.pre, edge.event, _t(edge)
-    if isinstance(ev, Acquire) and ev.request_id is None:
-        return None  # verl's acquire_server always has a request id
+    if isinstance(ev, Acquire) and (ev.request_id is None or (
+            c.full_determinism and ev.request_hash is None)):
+        return None  # verl's acquire_server always has a request id (and hashes it)
     model = LegacyModel(pre.pool.items(), pre.lru.items(), c.max_cache_size,
                         c.full_determinism)
     r = legacy_step(model, ev, ties="first" if c.tie_break is TieBreak.FIRST else "draw")
@@ -329,6 +331,7 @@ CHECKS: tuple[Check, ...] = (
     Check("gate_bound", 13, lambda c: c.dual_threshold is not None and not c.full_determinism,
           _gate_bound, events=_ACQUIRE),
     Check("leases_match_loads", 14, lambda c: c.lease_accounting, _leases, per_state=True),
+    *SPEC_CHECKS,  # obligations 15-18: outcomes, status, lease counters, determinism inputs
 )
 
 

@@ -4,9 +4,10 @@ Theory of operation
 -------------------
 :func:`run_spec` explores one :class:`~affinity_proofs.scopes.BfsRun` with every check
 that applies (the shared :data:`~affinity_proofs.bfs_checks.CHECKS` plus the
-environment's ground-truth check) and reports the violations per obligation. Hazard and
-limit runs (``expects_violation``) stop at the first violation: there the *absence* of a
-violation is the failure, because the spec states the exception.
+environment's ground-truth check) and reports the violations per obligation. Every run
+stops at its first violation (a domain violation or a crash of ``step`` included, see
+:mod:`.bfs`). Hazard and limit runs (``expects_violation``) must *find* one: there the
+absence of a violation is the failure, because the spec states the exception.
 
 :func:`run_mutant` applies one mutant of :mod:`.mutants` to the real core and searches the
 obligation's runs, in scope order, with only that obligation's checks, stopping at the
@@ -54,20 +55,21 @@ MUTANT_MAX_STATES = 200_000
 
 def _explore(run: BfsRun, checks: Sequence[Check], *, stop_on_first: bool,
              count_orbits: bool = False, symmetry: bool | None = None,
-             max_states: int = 2_000_000) -> BfsResult:
+             max_states: int = 2_000_000, raises_by_design: bool = False) -> BfsResult:
     env, _ = env_of(run)
     return explore(run.config, run.universe.servers, run.universe.initial_pool, env, checks,
                    load_cap=run.load_cap, lease_cap=run.lease_cap,
                    symmetry=run.symmetry if symmetry is None else symmetry,
                    stop_on_first=stop_on_first, count_orbits=count_orbits,
-                   max_states=max_states)
+                   max_states=max_states, control_raises_by_design=raises_by_design)
 
 
 def run_spec(run: BfsRun) -> BfsResult:
     _, env_checks = env_of(run)
     if run.expects_violation:
         return _explore(run, env_checks, stop_on_first=True)
-    return _explore(run, (*CHECKS, *env_checks), stop_on_first=False)
+    # Fail fast: the first violation stops the run with its shortest counterexample.
+    return _explore(run, (*CHECKS, *env_checks), stop_on_first=True)
 
 
 def _size(run: BfsRun) -> tuple[bool, int, int, int]:
@@ -119,7 +121,8 @@ def run_mutant(mutant: str, obligation: int, runs: Sequence[BfsRun],
                       *[c for c in env_checks if c.obligation == obligation]]
             if not any(c.applies(run.config) for c in checks):
                 continue
-            result = _explore(run, checks, stop_on_first=True, max_states=MUTANT_MAX_STATES)
+            result = _explore(run, checks, stop_on_first=True, max_states=MUTANT_MAX_STATES,
+                              raises_by_design=by_name(mutant).raises_by_design)
             states += result.states
             seconds += result.seconds
             if result.violations:

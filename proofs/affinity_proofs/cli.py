@@ -44,7 +44,8 @@ def register(parser: argparse.ArgumentParser) -> None:
                         help="also write the regenerated Z3 witnesses to DIR (in a checkout: "
                              "proofs/counterexamples); the check compares with the shipped ones")
     parser.add_argument("--only", type=_obligation, action="append", metavar="N",
-                        help="check only obligation N (0..14, repeatable)")
+                        help=f"check only obligation N (0..{max(o.number for o in OBLIGATIONS)}"
+                             ", repeatable)")
     parser.set_defaults(run=run)
 
 
@@ -105,6 +106,8 @@ def _problems(rows: list[Row], only: frozenset[int] | None) -> list[str]:
         if not r.holds:
             out.append(f"[{r.obligation}] {r.method}: {r.detail}")
         for m in r.mutants:
+            if m.inconclusive:
+                continue  # reported by _inconclusive(), not a failure of the core
             if not m.refuted:
                 out.append(f"[{r.obligation}] {r.method}: mutant {m.name} SURVIVED "
                            f"({m.description}): {m.evidence}")
@@ -138,6 +141,11 @@ def run(args: argparse.Namespace) -> int:
     refuted = sorted({m.name for r in rows for m in r.mutants if m.refuted})
     out.print(f"mutants refuted: {len(refuted)} distinct ({', '.join(refuted)})",
               highlight=False)
+    for r in rows:
+        for m in r.mutants:
+            if m.inconclusive:
+                out.print(f"[yellow]CONTROL INCONCLUSIVE[/] [{r.obligation}] {r.method}: "
+                          f"{escape(m.name)}: {escape(m.evidence)}", highlight=False)
     for line in problems:
         out.print(f"[red]FAIL[/] {escape(line)}", highlight=False)
     report: dict[str, Any] = to_json(scope.name, rows, seconds,

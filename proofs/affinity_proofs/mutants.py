@@ -83,6 +83,10 @@ class Mutant:
     description: str
     obligations: tuple[int, ...]  # the obligations whose checkers must refute it
     patch: Patch
+    # The mutant's own code is the broken core and raises by design (a crash of step is
+    # its refutation, R-OUT-1); for every other mutant a crash in this module is a
+    # control that no longer fits the core ("control inconclusive").
+    raises_by_design: bool = False
 
     @contextmanager
     def applied(self) -> Iterator[None]:
@@ -315,6 +319,63 @@ def _lease_ignores_epoch() -> Iterator[None]:
         yield
 
 
+def _evicted_not_reported(config: Config, state: State, event: Acquire,
+                          t: Transition) -> Transition:
+    o = t.outcome
+    if isinstance(o, Acquired) and o.evicted is not None:
+        return attrs.evolve(t, outcome=attrs.evolve(o, evicted=None))
+    return t
+
+
+status_mod = importlib.import_module("affinity_core.status")
+config_mod = importlib.import_module("affinity_core.config")
+
+
+def _status_total_counts_external() -> Iterator[None]:
+    original = status_mod.status
+
+    def mutated(config: Config, state: State) -> dict[str, Any]:
+        return {**original(config, state), "total_inflight": state.pool.total}
+
+    with patched(status_mod, "status", mutated):
+        yield
+
+
+def _unknown_leases_not_counted() -> Iterator[None]:
+    original = LeaseBook.settle
+
+    def settle(self: LeaseBook, request_id: str | None, server_id: str
+               ) -> tuple[LeaseBook, str]:
+        book, verdict = original(self, request_id, server_id)
+        return attrs.evolve(book, unknown_leases=self.unknown_leases), verdict
+
+    with patched(LeaseBook, "settle", settle):
+        yield
+
+
+def _stable_mode_demands_hash() -> Iterator[None]:
+    original = machine._config_rejection
+
+    def mutated(config: Config, event: Acquire) -> Rejected | None:
+        if config.full_determinism and event.request_hash is None:
+            return Rejected(RejectReason.INVALID_FOR_CONFIG, "needs request_hash")
+        return original(config, event)
+
+    with patched(machine, "_config_rejection", mutated), \
+            patched(allowed_mod, "_config_rejection", mutated):
+        yield
+
+
+def _cache_size_zero_accepted() -> Iterator[None]:
+    original = config_mod._positive_int
+
+    def mutated(key: str, value: object) -> int:
+        return 0 if value == 0 and not isinstance(value, bool) else original(key, value)
+
+    with patched(config_mod, "_positive_int", mutated):
+        yield
+
+
 MUTANTS: tuple[Mutant, ...] = (
     Mutant("keep_strict_lt", "keep rule uses < instead of <= (load[pin] < min + m)", (6,),
            _keep_patch(_keep_strict)),
@@ -329,7 +390,7 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant("margin_under_determinism", "margin applied under full_determinism", (2,),
            _keep_patch(_keep_under_determinism)),
     Mutant("min_excludes_pin", "band/gate minimum excludes the pinned server", (11,),
-           _keep_patch(_keep_min_excludes_pin)),
+           _keep_patch(_keep_min_excludes_pin), raises_by_design=True),
     Mutant("min_ignores_idle", "band floor is the minimum over busy servers only", (12,),
            _keep_patch(_keep_min_over_busy)),
     Mutant("gate_disable_inverted", "PR #6533 gate: abs > 0 disables instead of abs <= 0",
@@ -362,6 +423,16 @@ MUTANTS: tuple[Mutant, ...] = (
            (2,), _stable_uses_pool_order),
     Mutant("lease_ignores_epoch", "a stale-epoch release decrements the fresh count", (14,),
            _lease_ignores_epoch),
+    Mutant("evicted_not_reported", "Acquired.evicted is never reported", (15,),
+           _wrap_transition(Acquire, _evicted_not_reported)),
+    Mutant("status_total_counts_external", "status total_inflight includes external load",
+           (16,), _status_total_counts_external),
+    Mutant("unknown_leases_not_counted", "a release without a lease does not count "
+           "unknown_leases", (17,), _unknown_leases_not_counted),
+    Mutant("stable_mode_demands_hash", "full_determinism refuses an acquire without "
+           "request_hash also in stable mode", (18,), _stable_mode_demands_hash),
+    Mutant("cache_size_zero_accepted", "max_cache_size 0 is accepted", (19,),
+           _cache_size_zero_accepted),
 )
 
 _BY_NAME = {m.name: m for m in MUTANTS}
@@ -372,3 +443,4 @@ def by_name(name: str) -> Mutant:
         return _BY_NAME[name]
     except KeyError:
         raise KeyError(f"unknown mutant {name!r}; known: {sorted(_BY_NAME)}") from None
+

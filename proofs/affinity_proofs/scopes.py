@@ -68,6 +68,9 @@ class Scope:
     symmetry_check: BfsRun  # explored without reduction, orbits counted
     crosshair_condition_timeout: float
     crosshair_diff_timeout: float
+    # CPU seconds any one job may use (wall-clock cap: 4x + 30 s); past it the job is
+    # killed and its row FAILs (budget.py). About 10x the slowest job on an idle machine.
+    job_budget: float = 120.0
     # Beyond the small world (jobs_param.py): Hypothesis points of the wide encoding
     # conformance sweep, and operations per size of the data-structure checks.
     wide_conformance_points: int = 250
@@ -112,8 +115,9 @@ def _runs(big: Universe, wide: Universe, cap: int, cache: int, lease: Universe,
                *((big, cap) if big_lockstep else (wide, wcap)), symmetry=True),
         BfsRun("margin 1, hashed ties", c(affinity_break_margin=1, tie_break="hashed"), wide,
                wcap),
+        # Three servers: h mod 3 tells a floored mod from abs(h) mod 3 (R-DET-2).
         BfsRun("margin 1, full_determinism caller",
-               c(affinity_break_margin=1, full_determinism=True), wide, wcap),
+               c(affinity_break_margin=1, full_determinism=True), big, cap),
         # Under full_determinism decisions ignore load: the hash and pool order matter.
         BfsRun("margin 0, full_determinism stable",
                c(affinity_break_margin=0, full_determinism=True, hash_mode="stable"), big,
@@ -147,7 +151,7 @@ SMALL = Scope(
     symmetry_check=BfsRun("margin 1, draw ties", _cfg(affinity_break_margin=1,
                                                       tie_break="draw"),
                           _u(2, "ab"), 2),
-    crosshair_condition_timeout=0.5, crosshair_diff_timeout=1.5,
+    crosshair_condition_timeout=0.5, crosshair_diff_timeout=1.5, job_budget=60.0,
     wide_conformance_points=120, structure_operations=60,
 )
 
@@ -161,7 +165,7 @@ DEFAULT = Scope(
     symmetry_check=BfsRun("margin 1, draw ties", _cfg(affinity_break_margin=1,
                                                       tie_break="draw"),
                           _u(2, "abc"), 2),
-    crosshair_condition_timeout=0.75, crosshair_diff_timeout=2.0,
+    crosshair_condition_timeout=0.75, crosshair_diff_timeout=2.0, job_budget=120.0,
 )
 
 DEEP = Scope(
@@ -177,7 +181,7 @@ DEEP = Scope(
     symmetry_check=BfsRun("margin 1, draw ties", _cfg(affinity_break_margin=1,
                                                       tie_break="draw"),
                           _u(3, "ab", False), 2),
-    crosshair_condition_timeout=5.0, crosshair_diff_timeout=20.0,
+    crosshair_condition_timeout=5.0, crosshair_diff_timeout=20.0, job_budget=900.0,
     wide_conformance_points=3000, structure_operations=1000,
 )
 

@@ -7,28 +7,25 @@ witnesses, the encoding-conformance sweep, the symmetry check, one BFS explorati
 configuration, one BFS mutant search per (mutant, obligation), and the subprocess
 methods (CrossHair, cross-process determinism).
 
-:func:`run` executes them on a pool of worker processes (``spawn``: mutants patch module
-globals, so every worker has its own copy of the core, and no thread of the main
-process is forked) while the subprocess methods run on threads, and reports progress
-through a callback. It then turns the BFS summaries into rows: per obligation, the
-explorations in which its checks applied, their states and time, the violations (there
-must be none), and the mutants its checks refuted. Hazard and limit runs must *find*
-their documented exception.
+:func:`run` executes them on worker processes (``spawn``: mutants patch module globals,
+so every worker has its own copy of the core) under :class:`~.budget.BudgetPool`: every
+job has a CPU budget (the scope's ``job_budget`` times the job's factor) and a wall-clock
+cap, and a job past either is killed and reported as a FAIL row that names it -- no
+mutant of the core can make ``affinity verify`` run past its budgets. A job that crashes
+is a FAIL row under every obligation it serves; a negative control whose own code crashes
+(a monkeypatch that no longer fits the core) is *control inconclusive*, with its
+traceback, and counts neither as a refutation nor as a failure of the core. The
+subprocess methods have their own lane of two workers. Progress goes to a callback.
+
+It then turns the BFS summaries into rows: per obligation, the explorations in which its
+checks applied, their states and time, the violations (there must be none), and the
+mutants its checks refuted. Hazard and limit runs must *find* their documented exception.
 """
 
 from __future__ import annotations
 
-import multiprocessing
 import time
-import traceback
 from collections.abc import Callable
-from concurrent.futures import (
-    Executor,
-    Future,
-    ProcessPoolExecutor,
-    ThreadPoolExecutor,
-    as_completed,
-)
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +33,7 @@ import attrs
 
 from . import jobs, jobs_param
 from .bfs_checks import CHECKS
+from .budget import BudgetPool, Crashed, Overrun, Task
 from .mutants import MUTANTS
 from .report import MutantVerdict, Row
 from .scopes import BfsRun, Scope
@@ -56,6 +54,7 @@ class Job:
     weight: int = 1  # rough cost, for scheduling the long jobs first
     obligation: int = 0  # where a crash of this job is reported
     serves: frozenset[int] = frozenset()  # the obligations whose rows use its result
+    budget_factor: float = 1.0  # times the scope's job budget (CPU seconds)
 
 
 BFS_OBLIGATIONS = sorted({c.obligation for c in CHECKS})
@@ -77,7 +76,7 @@ def plan(scope: Scope, write_counterexamples: Path | None = None,
          only: frozenset[int] | None = None) -> list[Job]:
     """Every job of the scope; with ``only``, the jobs some selected obligation needs."""
     out = [Job("crosshair", jobs.crosshair_jobs, (scope,), subprocess=True, weight=50,
-               serves=CROSSHAIR_OBLIGATIONS),
+               serves=CROSSHAIR_OBLIGATIONS, budget_factor=2.0),
            Job("determinism subprocesses", jobs.determinism_job, (), subprocess=True,
                weight=5, obligation=2, serves=frozenset({2}))]
     for run in scope.bfs_runs:
@@ -102,7 +101,9 @@ def plan(scope: Scope, write_counterexamples: Path | None = None,
                 obligation=3, serves=frozenset({3})),
             Job("encoding conformance", jobs.conformance_job, (scope,), weight=5,
                 serves=frozenset({0})),
-            Job("symmetry", jobs.symmetry_job, (scope,), weight=3, serves=frozenset({0}))]
+            Job("symmetry", jobs.symmetry_job, (scope,), weight=3, serves=frozenset({0})),
+            Job("configuration table", jobs.config_job, (), obligation=19,
+                serves=frozenset({18, 19}))]
     runs = scope.bfs_runs
     for mutant in MUTANTS:
         for obligation in mutant.obligations:
@@ -120,10 +121,32 @@ def plan(scope: Scope, write_counterexamples: Path | None = None,
     return out
 
 
-def _crashed(job: Job, exc: BaseException) -> Row:
-    text = "".join(traceback.format_exception_only(type(exc), exc)).strip()
-    return Row(job.obligation, f"{job.name} (crashed)", "-", False, 0.0, (),
-               f"job raised: {text}")
+def _failed_job(job: Job, why: str) -> list[Row]:
+    """FAIL rows naming the job, one per obligation it serves (never obligation 0 only)."""
+    return [Row(obligation, f"{job.name} ({why.split(':')[0]})", "-", False, 0.0, (),
+                f"job {job.name!r} {why}")
+            for obligation in sorted(job.serves or {job.obligation})]
+
+
+def _inconclusive_search(job: Job, text: str) -> dict[str, Any]:
+    mutant, obligation, _, env_only = job.args
+    return {"mutant": mutant, "obligation": obligation, "env_only": env_only,
+            "refuted": False, "inconclusive": True, "run": None, "states": 0,
+            "seconds": 0.0, "evidence": f"control inconclusive (not a failure of the core): "
+                                        f"{text}"}
+
+
+def _outcome(job: Job, value: Any) -> Any:
+    """A job's result; a crash or a budget overrun becomes FAIL rows naming the job, and a
+    crash of a negative control's own code becomes an inconclusive control."""
+    if isinstance(value, Overrun):
+        return _failed_job(job, f"overran: {value.limit} budget exceeded ({value.cpu} s CPU, "
+                                f"{value.wall} s wall; budget {value.budget} s CPU)")
+    if isinstance(value, Crashed):
+        if job.fn is jobs.bfs_mutant_job:
+            return _inconclusive_search(job, value.traceback.strip())
+        return _failed_job(job, f"crashed: {value.last_line}")
+    return value
 
 
 def run(scope: Scope, *, workers: int = 2, write_counterexamples: Path | None = None,
@@ -132,21 +155,17 @@ def run(scope: Scope, *, workers: int = 2, write_counterexamples: Path | None = 
     start = time.perf_counter()
     todo = plan(scope, write_counterexamples, only)
     results: dict[str, Any] = {}
-    context = multiprocessing.get_context("spawn")
-    with ProcessPoolExecutor(max_workers=max(1, workers), mp_context=context) as pool, \
-            ThreadPoolExecutor(max_workers=2) as threads:
-        futures: dict[Future[Any], Job] = {}
-        for job in todo:
-            executor: Executor = threads if job.subprocess else pool
-            futures[executor.submit(job.fn, *job.args)] = job
-        for done, future in enumerate(as_completed(futures), start=1):
-            job = futures[future]
-            try:
-                results[job.name] = future.result()
-            except Exception as exc:  # a crashing job is a failed row, not a crashed run
-                results[job.name] = [_crashed(job, exc)]
-            if progress is not None:
-                progress(job.name, done, len(todo))
+    by_name = {job.name: job for job in todo}
+    # Jobs that drive subprocesses (CrossHair, PYTHONHASHSEED traces) mostly wait: their
+    # own lane, so they overlap with the compute jobs as before.
+    pool = BudgetPool({"cpu": workers, "sub": 2})
+    tasks = [Task(job.name, job.fn, job.args, scope.job_budget * job.budget_factor,
+                  "sub" if job.subprocess else "cpu") for job in todo]
+    for done, (task, value) in enumerate(pool.run(tasks), start=1):
+        job = by_name[task.name]
+        results[job.name] = _outcome(job, value)
+        if progress is not None:
+            progress(job.name, done, len(todo))
     rows: list[Row] = []
     for job in todo:
         value = results[job.name]
@@ -200,14 +219,19 @@ def _row(obligation: int, method: str, mine: list[dict[str, Any]],
                 notes.append(f"{s['label']} (documented, found): {own[0]['trace']}")
         elif own:
             problems.append(f"{s['label']}: {own[0]['trace']}")
-        if s["truncated"] and not s["expects_violation"]:
-            problems.append(f"{s['label']}: exploration truncated")
+        if s["truncated"] and not s["expects_violation"] and not own:
+            first = s["violations"][0] if s["violations"] else None
+            problems.append(
+                f"{s['label']}: stopped at the first violation ([{first['obligation']}] "
+                f"{first['check']}); the rest of the run was not explored" if first else
+                f"{s['label']}: exploration truncated (state limit)")
     states = sum(s["states"] for s in mine if not s["expects_violation"])
     seconds = sum(s["seconds"] for s in mine)
     rate = states / seconds if seconds else 0.0
     verdicts = tuple(
         MutantVerdict(m["mutant"], jobs.describe(m["mutant"]), m["refuted"],
-                      (f"{m['run']}: " if m["run"] else "") + m["evidence"])
+                      (f"{m['run']}: " if m["run"] else "") + m["evidence"],
+                      bool(m.get("inconclusive")))
         for m in searches if m["obligation"] == obligation and m["env_only"] == env)
     detail = "; ".join(problems) if problems else \
         f"{states} states, {rate:.0f} states/s; no violation"

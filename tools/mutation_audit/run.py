@@ -1,0 +1,151 @@
+"""Run ``affinity verify`` alone against each mutant of the independent audit catalogue.
+
+Theory of operation
+-------------------
+The live work tree is never edited. The committed tree (``git archive HEAD``, or the
+work tree with ``--worktree``) is unpacked into a scratch directory once; for each
+mutant the one file it names is rewritten there, ``affinity verify --scope S`` runs with
+the scratch directory first on ``PYTHONPATH`` (its ``affinity_core`` and
+``affinity_proofs`` shadow the editable install; spawned workers, CrossHair and the
+determinism subprocesses inherit the variable), and the file is restored. The mutant is
+*killed* when verify exits non-zero; it *survives* when verify passes. An unmutated run
+comes first and must pass, or the audit is void. ``--timeout`` bounds each run: a run
+killed by it is reported as ``hung`` (verify's own job budgets should turn that into a
+FAIL long before).
+
+Usage::
+
+    python -m tools.mutation_audit.run --scope small --out audit.json
+    python -m tools.mutation_audit.run --only keep_lt --only evicted_not_reported
+    python -m tools.mutation_audit.run --list
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tarfile
+import tempfile
+import time
+from io import BytesIO
+from pathlib import Path
+
+from .catalogue import CATALOGUE, SourceMutant, by_id
+
+__all__ = ["apply", "main", "run_verify"]
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _snapshot(dest: Path, worktree: bool) -> None:
+    if worktree:
+        files = subprocess.run(["git", "ls-files", "-z"], cwd=ROOT, check=True,
+                               capture_output=True).stdout.decode().split("\0")
+        for name in filter(None, files):
+            src = ROOT / name
+            if src.is_file():
+                (dest / name).parent.mkdir(parents=True, exist_ok=True)
+                (dest / name).write_bytes(src.read_bytes())
+        return
+    data = subprocess.run(["git", "archive", "HEAD"], cwd=ROOT, check=True,
+                          capture_output=True).stdout
+    with tarfile.open(fileobj=BytesIO(data)) as tar:
+        tar.extractall(dest, filter="data")
+
+
+def apply(tree: Path, mutant: SourceMutant) -> str:
+    """Rewrite the mutant's file in ``tree``; returns the original text."""
+    path = tree / mutant.path
+    text = path.read_text(encoding="utf-8")
+    found = text.count(mutant.old)
+    if found != 1:
+        raise ValueError(f"{mutant.id}: snippet occurs {found} times in {mutant.path}, "
+                         "expected exactly once")
+    path.write_text(text.replace(mutant.old, mutant.new), encoding="utf-8")
+    return text
+
+
+def run_verify(tree: Path, scope: str, workers: int, timeout: float) -> dict[str, object]:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([str(tree), str(tree / "proofs"),
+                                         env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+    cmd = [sys.executable, "-m", "affinity_cli.main", "verify", "--scope", scope,
+           "--workers", str(workers)]
+    start = time.perf_counter()
+    try:
+        proc = subprocess.run(cmd, cwd=tree, env=env, capture_output=True, text=True,
+                              timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return {"verdict": "hung", "seconds": round(time.perf_counter() - start, 1),
+                "fails": []}
+    fails = [line.strip() for line in proc.stdout.splitlines() if line.startswith("FAIL")]
+    verdict = "survived" if proc.returncode == 0 else "killed"
+    return {"verdict": verdict, "returncode": proc.returncode,
+            "seconds": round(time.perf_counter() - start, 1), "fails": fails[:8],
+            "stderr_tail": proc.stderr.strip().splitlines()[-3:] if proc.returncode not in
+            (0, 1) else []}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--scope", default="small")
+    parser.add_argument("--workers", type=int, default=1)
+    parser.add_argument("--timeout", type=float, default=600.0)
+    parser.add_argument("--only", action="append", help="mutant id (repeatable)")
+    parser.add_argument("--worktree", action="store_true",
+                        help="copy the tracked files of the work tree instead of HEAD")
+    parser.add_argument("--out", type=Path, help="write the results as JSON")
+    parser.add_argument("--list", action="store_true")
+    parser.add_argument("--skip-baseline", action="store_true")
+    args = parser.parse_args(argv)
+    mutants = [by_id(i) for i in args.only] if args.only else list(CATALOGUE)
+    if args.list:
+        for m in mutants:
+            print(f"{m.id:32} {m.path:28} {m.description}"
+                  + (f"  [equivalent: {m.equivalent}]" if m.equivalent else ""))
+        return 0
+    results: list[dict[str, object]] = []
+    with tempfile.TemporaryDirectory(prefix="mutation-audit-") as scratch:
+        tree = Path(scratch)
+        _snapshot(tree, args.worktree)
+        for m in mutants:  # every snippet must apply before any run starts
+            (tree / m.path).write_text(apply(tree, m), encoding="utf-8")
+        if not args.skip_baseline:
+            base = run_verify(tree, args.scope, args.workers, args.timeout)
+            print(f"baseline: {base['verdict']} in {base['seconds']} s", flush=True)
+            if base["verdict"] != "survived":
+                print("the unmutated tree does not pass verify: audit void", file=sys.stderr)
+                print(base["fails"], file=sys.stderr)
+                return 2
+        for i, m in enumerate(mutants, 1):
+            original = apply(tree, m)
+            try:
+                r = run_verify(tree, args.scope, args.workers, args.timeout)
+            finally:
+                (tree / m.path).write_text(original, encoding="utf-8")
+            r.update(id=m.id, path=m.path, description=m.description,
+                     equivalent=m.equivalent)
+            results.append(r)
+            first = r["fails"][0] if r["fails"] else ""  # type: ignore[index]
+            print(f"[{i}/{len(mutants)}] {m.id}: {r['verdict']} ({r['seconds']} s) "
+                  f"{str(first)[:160]}", flush=True)
+    counted = [r for r in results if not r["equivalent"]]
+    killed = sum(1 for r in counted if r["verdict"] == "killed")
+    survivors = [str(r["id"]) for r in counted if r["verdict"] != "killed"]
+    summary = {"scope": args.scope, "workers": args.workers, "mutants": len(results),
+               "non_equivalent": len(counted), "killed": killed,
+               "kill_rate": round(killed / len(counted), 4) if counted else None,
+               "survivors": survivors,
+               "load_average": os.getloadavg(), "results": results}
+    print(f"killed {killed}/{len(counted)} non-equivalent mutants; survivors: "
+          f"{', '.join(survivors) or 'none'}")
+    if args.out is not None:
+        args.out.write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
