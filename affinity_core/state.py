@@ -78,12 +78,15 @@ def initial_state(config: Config, servers: Iterable[str] = ()) -> State:
     """The configuration event (R-CFG-2): a fresh balancer over ``servers``, all idle."""
     if isinstance(servers, str):
         raise ConfigError(f"servers must be a list of server ids, got the string {servers!r}")
-    ids = list(servers)
-    for sid in ids:
-        if not is_valid_id(sid):
+    # Checked as plain objects: a compiled build type-checks ``str`` variables itself and
+    # would raise TypeError before this clear error.
+    given: list[object] = list(servers)
+    for value in given:
+        if not is_valid_id(value):
             raise ConfigError(
-                f"servers must be non-empty strings of Unicode scalar values, got {sid!r}"
+                f"servers must be non-empty strings of Unicode scalar values, got {value!r}"
             )
+    ids = [str(sid) for sid in given]
     if len(set(ids)) != len(ids):
         raise ConfigError(f"servers must be unique, got {ids!r}")
     leases = LeaseBook().opened(tuple(ids)) if config.lease_accounting else LeaseBook()
