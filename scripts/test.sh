@@ -116,6 +116,19 @@ if [[ "$(cat "$ROUTERS_VENV/.affinity-routers" 2>/dev/null)" != "$ROUTER_PINS" ]
 fi
 # --- end of the real router tier block -------------------------------------------------
 
+# --- Node for the second-language vector consumer (issue 11) ---------------------------
+# tests/conformance/test_node_consumer.py runs spec/vectors/consumers/node/consumer.mjs; it is
+# skipped, with the reason in the pytest summary, when node is missing, so install it here.
+if ! command -v node >/dev/null 2>&1; then
+    if command -v apt-get >/dev/null 2>&1 && [[ "$(id -u)" == 0 ]]; then
+        step "apt-get install -y nodejs"
+        quiet apt-nodejs bash -c 'apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nodejs'
+    else
+        step "node not found and not installable here (no apt-get or not root): Node consumer test will be skipped"
+    fi
+fi
+# --- end of the Node block -------------------------------------------------------------
+
 step "pytest $*"
 set +e
 "$PY" -m pytest "$@"

@@ -1,0 +1,76 @@
+"""The second-language consumer (spec/vectors/consumers/node/consumer.mjs) replays the vectors.
+
+Written in Node with its standard library only, from the spec and the consumer contract
+in spec/vectors/README.md: it must pass every vector of the features it implements, check
+every digest and the manifest, and report the supported / unsupported counts that the
+README states. Negative controls: a wrong keep rule (``<`` for ``<=``) fails margin
+vectors, and an edited or missing file is reported. Skipped, with the reason in the pytest
+summary, only when ``node`` is not installed (scripts/test.sh installs it).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+VECTORS = ROOT / "spec" / "vectors"
+CONSUMER = VECTORS / "consumers" / "node" / "consumer.mjs"
+NODE = shutil.which("node")
+
+pytestmark = pytest.mark.skipif(
+    NODE is None, reason="node is not installed: the Node consumer of spec/vectors was NOT run "
+                         "(scripts/test.sh installs nodejs; apt-get install -y nodejs)")
+
+
+def _consumer(root: Path, **env: str) -> tuple[int, dict[str, Any]]:
+    assert NODE is not None
+    done = subprocess.run([NODE, str(CONSUMER), str(root), "--json"], capture_output=True,
+                          text=True, timeout=300, env={**os.environ, **env})
+    return done.returncode, json.loads(done.stdout)
+
+
+def test_every_supported_vector_passes_and_the_readme_states_the_count() -> None:
+    code, result = _consumer(VECTORS)
+    manifest = json.loads((VECTORS / "MANIFEST.json").read_text(encoding="utf-8"))
+    assert code == 0, result["problems"] + result["failures"][:10]
+    assert result["failed"] == 0 and result["integrity_errors"] == 0
+    assert result["opened"] == result["listed"] == manifest["cases"]
+    assert result["passed"] + result["unsupported"] == manifest["cases"]
+    assert result["passed"] >= 150  # legacy, margin, determinism, ties, ... all supported
+    for suite in ("legacy", "eviction", "failover", "margin", "counterexamples"):
+        assert result["suites"][suite]["passed"] == manifest["suites"][suite], suite
+    readme = (VECTORS / "README.md").read_text(encoding="utf-8")
+    stated = re.search(r"passes all (\d+) cases it supports and reports the other (\d+) as "
+                       r"unsupported", readme)
+    assert stated, "spec/vectors/README.md must state the Node consumer's counts"
+    assert (int(stated.group(1)), int(stated.group(2))) == (result["passed"],
+                                                           result["unsupported"])
+
+
+def test_a_wrong_keep_rule_fails_margin_vectors() -> None:
+    code, result = _consumer(VECTORS, AFFINITY_CONSUMER_MUTANT="keep_strict_lt")
+    assert code == 1 and result["suites"]["margin"]["failed"] >= 10
+    assert result["suites"]["legacy"]["failed"] == 0  # no margin, no keep decision
+
+
+def test_edited_and_missing_files_are_reported(tmp_path: Path) -> None:
+    copy = tmp_path / "vectors"
+    shutil.copytree(VECTORS, copy, ignore=shutil.ignore_patterns("consumers"))
+    edited = copy / "margin" / "boundary_is_inclusive.json"
+    edited.write_text(edited.read_text(encoding="utf-8").replace('"s0"', '"s1"', 1),
+                      encoding="utf-8")
+    (copy / "legacy" / "added_server_starts_at_zero.json").unlink()
+    code, result = _consumer(copy)
+    assert code == 1
+    joined = "\n".join(result["problems"])
+    assert "margin/boundary_is_inclusive.json: sha256 differs from MANIFEST.json" in joined
+    assert "legacy/added_server_starts_at_zero.json: listed but missing" in joined
+    assert result["opened"] == result["listed"] - 1
