@@ -8,8 +8,10 @@ mutant the one file it names is rewritten there, ``affinity verify --scope S`` r
 the scratch directory first on ``PYTHONPATH`` (its ``affinity_core`` and
 ``affinity_proofs`` shadow the editable install; spawned workers, CrossHair and the
 determinism subprocesses inherit the variable), and the file is restored. The mutant is
-*killed* when verify exits non-zero; it *survives* when verify passes. An unmutated run
-comes first and must pass, or the audit is void. ``--timeout`` bounds each run: a run
+*killed* when verify fails because of it; it *survives* otherwise. An unmutated run
+comes first: the rows and obligations that fail there already (another engineer's work
+in progress) are the *baseline*, and a mutant is killed only when a row or obligation
+that passes on the unmutated tree fails. ``--timeout`` bounds each run: a run
 killed by it is reported as ``hung`` (verify's own job budgets should turn that into a
 FAIL long before).
 
@@ -32,6 +34,7 @@ import tempfile
 import time
 from io import BytesIO
 from pathlib import Path
+from typing import Any
 
 from .catalogue import CATALOGUE, SourceMutant, by_id
 
@@ -68,25 +71,51 @@ def apply(tree: Path, mutant: SourceMutant) -> str:
     return text
 
 
-def run_verify(tree: Path, scope: str, workers: int, timeout: float) -> dict[str, object]:
+def _failing(report_path: Path) -> list[str]:
+    """The failing rows (obligation, method) and obligations of a verify report."""
+    try:
+        report = json.loads(report_path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return ["(no report)"]
+    rows = [f"[{r['obligation']}] {r['method']}" for r in report["rows"] if not r["passed"]]
+    obligations = [f"[{o['obligation']}] {o['why']}" for o in report["obligations"]
+                   if not o["passed"]]
+    return sorted({*rows, *obligations})
+
+
+def run_verify(tree: Path, scope: str, workers: int, timeout: float,
+               baseline: frozenset[str] = frozenset()) -> dict[str, Any]:
+    """Run verify on ``tree``. Killed = a row or obligation fails that passes on the
+    unmutated tree (``baseline`` lists the ones that already fail there)."""
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join([str(tree), str(tree / "proofs"),
                                          env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+    report = tree / "audit-report.json"
+    report.unlink(missing_ok=True)
     cmd = [sys.executable, "-m", "affinity_cli.main", "verify", "--scope", scope,
-           "--workers", str(workers)]
+           "--workers", str(workers), "--json", str(report)]
     start = time.perf_counter()
     try:
         proc = subprocess.run(cmd, cwd=tree, env=env, capture_output=True, text=True,
                               timeout=timeout)
     except subprocess.TimeoutExpired:
         return {"verdict": "hung", "seconds": round(time.perf_counter() - start, 1),
-                "fails": []}
+                "fails": [], "new_failures": []}
     fails = [line.strip() for line in proc.stdout.splitlines() if line.startswith("FAIL")]
-    verdict = "survived" if proc.returncode == 0 else "killed"
+    failing = _failing(report) if proc.returncode != 0 else []
+    new = [f for f in failing if f not in baseline]
+    verdict = "killed" if new else "survived"
     return {"verdict": verdict, "returncode": proc.returncode,
             "seconds": round(time.perf_counter() - start, 1), "fails": fails[:8],
+            "failing": failing, "new_failures": new[:12],
             "stderr_tail": proc.stderr.strip().splitlines()[-3:] if proc.returncode not in
             (0, 1) else []}
+
+
+def _commit(worktree: bool) -> str:
+    head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT,
+                          capture_output=True, text=True).stdout.strip()
+    return head + (" + work tree" if worktree else "")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -107,35 +136,38 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{m.id:32} {m.path:28} {m.description}"
                   + (f"  [equivalent: {m.equivalent}]" if m.equivalent else ""))
         return 0
-    results: list[dict[str, object]] = []
+    results: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory(prefix="mutation-audit-") as scratch:
         tree = Path(scratch)
         _snapshot(tree, args.worktree)
         for m in mutants:  # every snippet must apply before any run starts
             (tree / m.path).write_text(apply(tree, m), encoding="utf-8")
+        baseline: frozenset[str] = frozenset()
         if not args.skip_baseline:
             base = run_verify(tree, args.scope, args.workers, args.timeout)
-            print(f"baseline: {base['verdict']} in {base['seconds']} s", flush=True)
-            if base["verdict"] != "survived":
-                print("the unmutated tree does not pass verify: audit void", file=sys.stderr)
-                print(base["fails"], file=sys.stderr)
+            baseline = frozenset(base["failing"])
+            print(f"baseline: exit {base.get('returncode')} in {base['seconds']} s; "
+                  f"already failing: {sorted(baseline) or 'nothing'}", flush=True)
+            if base["verdict"] == "hung":
+                print("the unmutated tree hangs verify: audit void", file=sys.stderr)
                 return 2
         for i, m in enumerate(mutants, 1):
             original = apply(tree, m)
             try:
-                r = run_verify(tree, args.scope, args.workers, args.timeout)
+                r = run_verify(tree, args.scope, args.workers, args.timeout, baseline)
             finally:
                 (tree / m.path).write_text(original, encoding="utf-8")
             r.update(id=m.id, path=m.path, description=m.description,
                      equivalent=m.equivalent)
             results.append(r)
-            first = r["fails"][0] if r["fails"] else ""  # type: ignore[index]
+            first = r["new_failures"][0] if r["new_failures"] else ""
             print(f"[{i}/{len(mutants)}] {m.id}: {r['verdict']} ({r['seconds']} s) "
                   f"{str(first)[:160]}", flush=True)
     counted = [r for r in results if not r["equivalent"]]
     killed = sum(1 for r in counted if r["verdict"] == "killed")
     survivors = [str(r["id"]) for r in counted if r["verdict"] != "killed"]
     summary = {"scope": args.scope, "workers": args.workers, "mutants": len(results),
+               "baseline_failing": sorted(baseline), "commit": _commit(args.worktree),
                "non_equivalent": len(counted), "killed": killed,
                "kill_rate": round(killed / len(counted), 4) if counted else None,
                "survivors": survivors,
