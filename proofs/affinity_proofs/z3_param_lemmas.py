@@ -34,6 +34,7 @@ from .z3_param import Pool, decide, in_pool, keep_rule, legacy_decide, post_load
 __all__ = ["PARAM_LEMMAS", "ParamLemma", "ParamResult", "Variant", "param_lemma", "run"]
 
 Term = Any
+Formula = tuple[Term, Term]  # (hypotheses, negated goal)
 
 
 @attrs.frozen
@@ -57,7 +58,7 @@ class ParamLemma:
     obligation: int
     requirements: tuple[str, ...]
     statement: str
-    build: Callable[[Variant], Term]
+    build: Callable[[Variant], Formula]  # (hypotheses, negated goal)
     mutants: tuple[Variant, ...]
 
 
@@ -65,7 +66,8 @@ class ParamLemma:
 class ParamResult:
     lemma: str
     variant: str
-    # "proved" (UNSAT), "counterexample" (SAT), "no counterexample" (a mutant's formula is
+    # "proved" (UNSAT, hypotheses satisfiable), "vacuous" (UNSAT, but so are the
+    # hypotheses), "counterexample" (SAT), "no counterexample" (a mutant's formula is
     # UNSAT: the mutant is equivalent on this lemma), "unknown" (timeout)
     verdict: str
     seconds: float
@@ -93,16 +95,16 @@ def _rank(v: Variant, p: Pool, name: str = "rank") -> Term:
     return rank, rank_defs(p, rank)
 
 
-def _rank_monotone(v: Variant) -> Term:
+def _rank_monotone(v: Variant) -> Formula:
     """Induction step on j: rank(i) <= rank(j) implies rank(i) <= rank(j + 1)."""
     p = Pool()
     rank, defs = _rank(v, p)
     i, j = z3.Int("i"), z3.Int("j")
-    return z3.And(p.domain(), defs, i >= 0, i <= j, j < p.n,
-                  rank(i) <= rank(j), rank(i) > rank(j + 1))
+    return (z3.And(p.domain(), defs, i >= 0, i <= j, j < p.n, rank(i) <= rank(j)),
+            rank(i) > rank(j + 1))
 
 
-def _tie_exists(v: Variant) -> Term:
+def _tie_exists(v: Variant) -> Formula:
     """Induction step on j, constructively: if ``witness(t)`` (t < rank(j)) is a position
     q < j where the rank steps from t to t + 1, then ``witness(t)`` for t < rank(j) and
     ``j`` for t = rank(j) are such positions for every t < rank(j + 1). (Base j = 0:
@@ -120,11 +122,11 @@ def _tie_exists(v: Variant) -> Term:
                            patterns=[witness(t)])
     t0 = z3.Int("t0")
     extended = z3.If(t0 < rank(j), witness(t0), j)
-    return z3.And(p.domain(), defs, j >= 0, j < p.n, hypothesis,
-                  t0 >= 0, t0 < rank(j + 1), z3.Not(steps_at(extended, t0, j + 1)))
+    return (z3.And(p.domain(), defs, j >= 0, j < p.n, hypothesis, t0 >= 0, t0 < rank(j + 1)),
+            z3.Not(steps_at(extended, t0, j + 1)))
 
 
-def _equivalence(v: Variant) -> Term:
+def _equivalence(v: Variant) -> Formula:
     p = Pool()
     rank, defs = _rank(SPEC_VARIANT, p)
     tie, q, ii, jj = z3.Int("tie"), z3.Int("tie_position"), z3.Int("ri"), z3.Int("rj")
@@ -139,81 +141,81 @@ def _equivalence(v: Variant) -> Term:
     d = decide(p, v.rules, v.det_mod, placement=q)
     constraint, legacy = legacy_decide(p, rank, tie)
     differs = z3.Or(d.choice != legacy, d.pin_after != legacy)
-    return z3.And(p.domain(), defs, monotone, z3.Not(p.margin_on), z3.Not(p.gate_on),
-                  tie >= 0, tie < rank(p.n), in_pool(q, p.n), placed, constraint, differs)
+    return (z3.And(p.domain(), defs, monotone, z3.Not(p.margin_on), z3.Not(p.gate_on),
+                   tie >= 0, tie < rank(p.n), in_pool(q, p.n), placed, constraint), differs)
 
 
-def _determinism(v: Variant) -> Term:
+def _determinism(v: Variant) -> Formula:
     a = Pool()
     b = Pool("other_", n=a.n)
     d, e = decide(a, v.rules, v.det_mod), decide(b, v.rules, v.det_mod)
     same_request = z3.And(a.pin == b.pin, a.hit == b.hit, b.hash == a.hash + a.n,
                           a.det, b.det)
-    return z3.And(a.domain(), b.domain(), same_request,
-                  z3.Or(d.choice != e.choice, z3.Not(in_pool(d.choice, a.n))))
+    return (z3.And(a.domain(), b.domain(), same_request),
+            z3.Or(d.choice != e.choice, z3.Not(in_pool(d.choice, a.n))))
 
 
-def _skew(v: Variant) -> Term:
+def _skew(v: Variant) -> Formula:
     p = Pool()
     d = decide(p, v.rules)
-    return z3.And(_margin_case(p), p.loads[d.choice] > p.low + p.margin)
+    return _margin_case(p), p.loads[d.choice] > p.low + p.margin
 
 
-def _induction_bounded(v: Variant) -> Term:
+def _induction_bounded(v: Variant) -> Formula:
     p = Pool()
     post = post_loads(p, decide(p, v.rules))
-    return z3.And(_margin_case(p), p.high - p.low <= p.margin + 1,
-                  _spread_exceeds(p, post, p.margin + 1))
+    return (z3.And(_margin_case(p), p.high - p.low <= p.margin + 1),
+            _spread_exceeds(p, post, p.margin + 1))
 
 
-def _induction_nonincreasing(v: Variant) -> Term:
+def _induction_nonincreasing(v: Variant) -> Formula:
     p = Pool()
     post = post_loads(p, decide(p, v.rules))
-    return z3.And(_margin_case(p), p.high - p.low > p.margin + 1,
-                  _spread_exceeds(p, post, p.high - p.low))
+    return (z3.And(_margin_case(p), p.high - p.low > p.margin + 1),
+            _spread_exceeds(p, post, p.high - p.low))
 
 
-def _margin_zero(v: Variant) -> Term:
+def _margin_zero(v: Variant) -> Formula:
     p = Pool()
     d = decide(p, v.rules)
-    return z3.And(_margin_case(p), p.margin == 0, p.loads[d.choice] != p.low)
+    return z3.And(_margin_case(p), p.margin == 0), p.loads[d.choice] != p.low
 
 
-def _monotone(v: Variant) -> Term:
+def _monotone(v: Variant) -> Formula:
     p = Pool()
     m1, m2 = z3.Int("m1"), z3.Int("m2")
-    return z3.And(_margin_case(p), z3.Not(p.gate_on), m1 >= 0, m2 >= m1,
-                  keep_rule(p, v.rules, m1), z3.Not(keep_rule(p, v.rules, m2)))
+    return (z3.And(_margin_case(p), z3.Not(p.gate_on), m1 >= 0, m2 >= m1),
+            z3.And(keep_rule(p, v.rules, m1), z3.Not(keep_rule(p, v.rules, m2))))
 
 
-def _selectivity(v: Variant) -> Term:
+def _selectivity(v: Variant) -> Formula:
     p = Pool()
     d = decide(p, v.rules)
-    return z3.And(_margin_case(p), p.hit, p.own <= p.low + p.margin,
-                  z3.Not(z3.And(d.kept, d.choice == p.pin)))
+    return (z3.And(_margin_case(p), p.hit, p.own <= p.low + p.margin),
+            z3.Not(z3.And(d.kept, d.choice == p.pin)))
 
 
-def _break(v: Variant) -> Term:
+def _break(v: Variant) -> Formula:
     p = Pool()
     d = decide(p, v.rules)
     correct = z3.And(d.choice != p.pin, p.loads[d.choice] == p.low, d.pin_after == d.choice)
-    return z3.And(p.domain(), z3.Not(p.det), d.broken, z3.Not(correct))
+    return z3.And(p.domain(), z3.Not(p.det), d.broken), z3.Not(correct)
 
 
-def _no_starvation(v: Variant) -> Term:
+def _no_starvation(v: Variant) -> Formula:
     p = Pool()
     d = decide(p, v.rules)
     idle = z3.Int("idle")
-    return z3.And(_margin_case(p), in_pool(idle, p.n), p.loads[idle] == 0,
-                  p.loads[d.choice] > p.margin)
+    return (z3.And(_margin_case(p), in_pool(idle, p.n), p.loads[idle] == 0),
+            p.loads[d.choice] > p.margin)
 
 
-def _gate_bound(v: Variant) -> Term:
+def _gate_bound(v: Variant) -> Formula:
     p = Pool()
     d = decide(p, v.rules)
     load, low = p.loads[d.choice], p.low
     bound = z3.Or(load <= low + p.gate_abs, load * p.rel_den <= low * p.rel_num)
-    return z3.And(p.domain(), p.gate_on, z3.Not(p.det), p.gate_abs > 0, z3.Not(bound))
+    return z3.And(p.domain(), p.gate_on, z3.Not(p.det), p.gate_abs > 0), z3.Not(bound)
 
 
 SPEC_VARIANT = Variant()
@@ -325,10 +327,13 @@ def run(lemma: ParamLemma, variant: Variant = SPEC_VARIANT,
         timeout_s: float = 30.0) -> ParamResult:
     """Check ``lemma`` for all N with the spec's rules or one encoded mutant's.
 
-    A mutant is searched under the hints ``n <= 2, 4, hint_n`` in turn (a model under a
-    hint is a model of the formula), then without one."""
+    A proof (UNSAT) is accepted only if the hypotheses alone are satisfiable -- a lemma
+    whose hypotheses contradict each other would hold vacuously ("vacuous"). A mutant is
+    searched under the hints ``n <= 2, 4, hint_n`` in turn (a model under a hint is a
+    model of the formula), then without one."""
     start = time.perf_counter()
-    formula = lemma.build(variant)
+    hypotheses, negated_goal = lemma.build(variant)
+    formula = z3.And(hypotheses, negated_goal)
     hints: list[int | None] = [None]
     if variant.hint_n is not None:
         hints = [*(h for h in (2, 4) if h < variant.hint_n), variant.hint_n, None]
@@ -343,6 +348,11 @@ def run(lemma: ParamLemma, variant: Variant = SPEC_VARIANT,
                                time.perf_counter() - start, _model(model))
         if answer == z3.unsat and hint is None:
             break
-    verdict = "proved" if answer == z3.unsat and hints[-1] is None and len(hints) == 1 \
-        else ("no counterexample" if answer == z3.unsat else "unknown")
+    if answer == z3.unsat and variant.hint_n is None:
+        left = max(timeout_s - (time.perf_counter() - start), 1.0)
+        consistent = any(_check(hypotheses, hint, min(left, 5.0))[0] == z3.sat
+                         for hint in (2, 4, None))
+        verdict = "proved" if consistent else "vacuous"
+    else:
+        verdict = "no counterexample" if answer == z3.unsat else "unknown"
     return ParamResult(lemma.name, variant.name, verdict, time.perf_counter() - start)

@@ -114,3 +114,14 @@ def test_rows_carry_their_scope_kind() -> None:
 def test_z3_param_job_row_is_all_n_only_when_proved() -> None:
     [row] = jobs_param.z3_param_job("per_decision_skew")
     assert row.all_n and row.passed and row.mutants and all(m.refuted for m in row.mutants)
+
+
+def test_contradictory_hypotheses_are_vacuous_not_proved() -> None:
+    import z3
+
+    from affinity_proofs.z3_param_lemmas import ParamLemma
+
+    n = z3.Int("n")
+    lemma = ParamLemma("contradiction", 0, (), "n >= 1 and n < 1 prove anything",
+                       lambda v: (z3.And(n >= 1, n < 1), n == 5), ())
+    assert run(lemma).verdict == "vacuous"
