@@ -24,6 +24,7 @@ All state lives in plain dicts mutated from the event loop thread only, so no lo
 
 from __future__ import annotations
 
+import bisect
 import math
 import re
 from collections.abc import Iterable, Sequence
@@ -115,10 +116,9 @@ class Histogram:
         self.count = 0
 
     def observe(self, value: float) -> None:
-        for index, bound in enumerate(self.bounds):
-            if value <= bound:
-                self.counts[index] += 1
-                break
+        index = bisect.bisect_left(self.bounds, value)  # the first bound >= value
+        if index < len(self.counts):
+            self.counts[index] += 1
         self.total += value
         self.count += 1
 

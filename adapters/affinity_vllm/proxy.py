@@ -96,6 +96,7 @@ class Proxy:
         self.metrics = metrics
         self.pool = pool
         self._report = report  # the health book: success, 5xx, connect errors, timeouts
+        self._sid_bytes: dict[str, bytes] = {}
 
     def _head(self, request: IncomingRequest, backend: str) -> bytes:
         _, _, host = self.pool.address(backend)
@@ -156,12 +157,10 @@ class Proxy:
                        tries: int, measured: bool) -> tuple[int, int, bool]:
         sid = lease.server_id
         client = request.connection
-        tags = [(b"x-affinity-backend", sid.encode()), (b"x-affinity-path", lease.path.encode())]
+        tags = [(b"x-affinity-backend", self._encoded(sid)),
+                (b"x-affinity-path", lease.path.encode())]
         if tries:
             tags.append((b"x-affinity-retried", b"%d" % tries))
-        # Retry only where another backend could take it: a retry the core must place on
-        # the same backend again would just double the failure.
-        last = retried or not any(s != sid for s in self.table.active)
         try:
             upstream = await self.pool.connect(sid)
         except ConnectFailed as exc:
@@ -193,12 +192,12 @@ class Proxy:
                     self._report(sid, exc.kind, None)
                 if stale and tries == 0:  # a keep-alive the backend had just closed
                     return _REPLACE, 0, measured
-                if not last:
+                if self._may_retry(sid, retried):
                     return _RETRY, 0, measured
                 return self._fail(client, 502, f"backend {sid} failed before responding: {exc}",
                                   "upstream_error", tags), 502, measured
             status = upstream.status
-            if status >= 500 and not last:
+            if status >= 500 and self._may_retry(sid, retried):
                 self._report(sid, "5xx", status)
                 return _RETRY, 0, measured
             self._report(sid, "5xx" if status >= 500 else "ok", status)
@@ -206,6 +205,17 @@ class Proxy:
             return _DONE, status, measured
         finally:
             upstream.done()
+
+    def _may_retry(self, sid: str, retried: bool) -> bool:
+        """The one retry is unused and another backend could take it (a retry the core
+        must place on the same backend again would just double the failure)."""
+        return not retried and any(s != sid for s in self.table.active)
+
+    def _encoded(self, sid: str) -> bytes:
+        value = self._sid_bytes.get(sid)
+        if value is None:
+            value = self._sid_bytes[sid] = sid.encode()
+        return value
 
     def _fail(self, client: ClientConnection, status: int, message: str, kind: str,
               tags: list[tuple[bytes, bytes]]) -> int:

@@ -48,7 +48,7 @@ import aiohttp
 
 from affinity_runtime.decision_log import DecisionLogWriter
 
-from .health import BackendHealth, HealthPolicy, PoolChange
+from .health import BackendHealth, Health, HealthPolicy, PoolChange
 from .http1 import HttpServer, IncomingRequest, ServerLimits, error_body
 from .monitor import Monitor
 from .observability import RouterMetrics
@@ -181,6 +181,9 @@ class Router:
     def report(self, sid: str, kind: str, status: int | None) -> None:
         """An outcome of a proxied request on ``sid`` (from the proxy)."""
         health = self.health[sid]
+        if status is not None and status < 500 and health.state is Health.UP and not (
+                health.failures_5xx or health.failures_connect):
+            return  # the common case: a success on a healthy backend changes nothing
         now = time.monotonic()
         if status is not None:  # a response: 2xx-4xx succeed, 5xx count toward ejection
             if status >= 500:
