@@ -118,7 +118,6 @@ def test_z3_param_job_row_is_all_n_only_when_proved() -> None:
 
 def test_contradictory_hypotheses_are_vacuous_not_proved() -> None:
     import z3
-
     from affinity_proofs.z3_param_lemmas import ParamLemma
 
     n = z3.Int("n")
