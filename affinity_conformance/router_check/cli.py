@@ -37,7 +37,7 @@ presets (--preset):
 
 examples:
   affinity check-router --preset affinity --policy margin=2
-  affinity check-router --preset affinity --router-extra '--margin 0' --policy margin=2
+  affinity check-router --preset affinity --router-extra='--margin 0' --policy margin=2
   affinity check-router --preset vllm-router:sticky_least_loaded --policy legacy
   affinity check-router --router-cmd 'my-router --port {{port}} --workers {{backends}}' \\
       --session-header x-session-id --policy margin=1
@@ -67,7 +67,7 @@ def register(parser: argparse.ArgumentParser) -> None:
     which.add_argument("--router-cmd", metavar="TEMPLATE",
                        help="command with {port} and {backends} (one argument per backend URL) "
                        "or {backend} inside an argument (repeated per backend); also "
-                       "{metrics_port}, {python}, {routers}, {margin}")
+                       "{metrics_port}, {python}, {routers}, {margin}, {cache_size}")
     which.add_argument("--url", metavar="URL",
                        help="attach to a running router instead (never restarted); its "
                        "backends must be the fleet's --fleet-ports, in pool order")
@@ -75,8 +75,9 @@ def register(parser: argparse.ArgumentParser) -> None:
                         help="bind the stub backends to these 127.0.0.1 ports (needed with "
                         "--url; default: free ports)")
     parser.add_argument("--router-extra", default="", metavar="ARGS",
-                        help="extra arguments appended to the router command, e.g. "
-                        "'--margin 0' or '--assignment-mode min_load'")
+                        help="extra arguments appended to the router command, written "
+                        "--router-extra='ARGS', e.g. --router-extra='--margin 0' or "
+                        "--router-extra=--disable-circuit-breaker")
     parser.add_argument("--policy", metavar="CLAIM",
                         help=f"the policy the router claims: {CLAIM_FORMS} (default: the "
                         "preset's claim)")
@@ -84,7 +85,8 @@ def register(parser: argparse.ArgumentParser) -> None:
                         help="header carrying the session key (default: the preset's, else "
                         "x-session-id)")
     parser.add_argument("--cache-size", type=_positive, default=10000, metavar="N",
-                        help="claimed sticky-map capacity (default 10000, verl's)")
+                        help="claimed sticky-map capacity (default 10000, verl's); the "
+                        "affinity preset passes it to affinity serve as --cache-size")
     traces = parser.add_argument_group("traces")
     traces.add_argument("--budget", type=_positive, default=5, metavar="N",
                         help="seeded traces to run (default 5)")
@@ -101,6 +103,8 @@ def register(parser: argparse.ArgumentParser) -> None:
     traces.add_argument("--no-pool-changes", action="store_true",
                         help="never remove or re-add backends (they are driven only where the "
                         "router has an admin API)")
+    traces.add_argument("--pool-percent", type=_percent, default=8, metavar="P",
+                        help="chance per op of a pool change, where driven (default 8)")
     timing = parser.add_argument_group("timing discipline")
     timing.add_argument("--settle", type=_seconds, default=None, metavar="SECONDS",
                         help="fixed settle delay after each completion (default: calibrated, "
@@ -145,6 +149,13 @@ def _ports(text: str) -> tuple[int, ...]:
     if bad or len(set(ports)) != len(ports):
         raise argparse.ArgumentTypeError(f"expected distinct ports in [1, 65535], got {text!r}")
     return ports
+
+
+def _percent(text: str) -> int:
+    value = _positive(text) if text.strip() != "0" else 0
+    if value > 100:
+        raise argparse.ArgumentTypeError(f"expected a percentage in [0, 100], got {value}")
+    return value
 
 
 def _float_in(text: str, low: float, high: float, what: str) -> float:
@@ -215,7 +226,7 @@ def run(args: argparse.Namespace) -> int:
     shape = TraceShape(backends=backends, sessions=args.sessions, length=args.length,
                        stream_percent=0 if args.no_streams else 25,
                        fail_percent=0 if args.no_failures else 15,
-                       pool_percent=0 if args.no_pool_changes else 8)
+                       pool_percent=0 if args.no_pool_changes else args.pool_percent)
     options = CheckOptions(preset, claim, args.url, extra, args.routers_venv, shape,
                            args.budget, args.seed, args.settle, args.settle_factor,
                            args.shrink_runs, 180.0, args.max_failures, args.out,

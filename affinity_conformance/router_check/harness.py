@@ -43,6 +43,7 @@ from affinity_conformance.scenario import Scenario
 from affinity_conformance.vector_format import case_text, seal
 from affinity_core import (
     Acquire,
+    Acquired,
     AddServers,
     Config,
     Event,
@@ -149,6 +150,7 @@ async def run_trace(target: Target, fleet: RecordingFleet, http: aiohttp.ClientS
     placed: dict[int, _Placed] = {}
     routed: dict[str, int] = {}
     learned: dict[tuple[str, tuple[str, ...]], str] = {}
+    evicted: dict[str, tuple[int, str]] = {}  # request id -> (step, server it was pinned to)
     done: list[str] = []
     header = target.preset.session_header
     try:
@@ -184,13 +186,19 @@ async def run_trace(target: Target, fleet: RecordingFleet, http: aiohttp.ClientS
                         config, state, event, chosen, pool, permitted,
                         load_views(state, list(placed.values()), routed),
                         {s: sum(1 for p in placed.values() if p.server == s and p.failed)
-                         for s in names})
+                         for s in names}, evicted)
                     result.divergence = _diverge(index, words, done, state, text, reqs, views)
                     result.events.append(event)
                     return result
                 fed = draw_for(config, state, event, chosen)
                 assert fed is not None
-                state = step(config, state, fed).state
+                transition = step(config, state, fed)
+                if isinstance(transition.outcome, Acquired) and transition.outcome.evicted:
+                    gone = transition.outcome.evicted
+                    old = state.lru.peek(gone)
+                    if old is not None:
+                        evicted[gone] = (index, old)
+                state = transition.state
                 result.events.append(fed)
                 placed[op.ident] = _Placed(cid, chosen, op.session, op.stream, task)
                 routed[chosen] = routed.get(chosen, 0) + 1
@@ -246,7 +254,8 @@ def _keep_reason(config: Config, state: State, pin: str) -> str:
 
 def _explain(config: Config, state: State, event: Acquire, chosen: str, pool: tuple[str, ...],
              permitted: frozenset[str], views: dict[str, dict[str, int]],
-             failures: dict[str, int]) -> tuple[str, list[str], tuple[str, ...]]:
+             failures: dict[str, int], evicted: dict[str, tuple[int, str]]
+             ) -> tuple[str, list[str], tuple[str, ...]]:
     """Words, requirement ids and consistent load views for a choice outside the set."""
     ordered = [s for s in pool if s in permitted]
     lookup, pin = classify(config, state, event.request_id)
@@ -275,7 +284,7 @@ def _explain(config: Config, state: State, event: Acquire, chosen: str, pool: tu
             return text, ["R-ACQ-2", "R-POOL-3", "R-POOL-4"], ()
         return text, ["R-ACQ-2", "R-KEEP-1" if config.affinity_break_margin is not None
                       else "R-LEG-1", "R-LRU-2"], ()
-    text, reqs = explain_acquire(config, state, event, chosen, ordered, None, {})
+    text, reqs = explain_acquire(config, state, event, chosen, ordered, None, evicted)
     text = text.replace("IMPL", "the router")
     return text, reqs, _minimal_views(views, chosen)
 

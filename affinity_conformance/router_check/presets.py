@@ -9,7 +9,8 @@ the harness may use to observe it:
   router's port), ``{metrics_port}``, ``{backends}`` (a token that expands to one argument
   per backend URL), ``{backend}`` inside a token (the token is repeated per backend, e.g.
   ``--backend={backend}``), ``{python}`` (this interpreter), ``{routers}`` (the venv with
-  the Rust routers) and ``{margin}`` (the claimed margin, or ``none``);
+  the Rust routers), ``{margin}`` (the claimed margin, or ``none``) and ``{cache_size}``
+  (the claimed sticky-map capacity);
 * ``session_header``: where the router reads the session key;
 * ``settle``: how the harness knows the router has seen a completion before the next
   acquire -- ``status`` polls ``affinity serve``'s ``/status`` until ``total_inflight``
@@ -69,6 +70,7 @@ class Preset:
     pool: str | None    # vllm-admin | None
     needs_routers_venv: bool
     about: str
+    cache_flag: str | None = None  # passes a non-default claimed cache size, e.g. --cache-size
 
 
 def _vllm(policy: str) -> tuple[str, ...]:
@@ -82,7 +84,8 @@ PRESETS: dict[str, Preset] = {p.name: p for p in (
                         "--port", "{port}", "--backend={backend}", "--margin", "{margin}",
                         "--log-level", "WARNING"),
            "x-session-id", "margin=2", "status", None, False,
-           "affinity serve with the claimed margin (override with --router-extra)"),
+           "affinity serve with the claimed margin (override with --router-extra)",
+           cache_flag="--cache-size"),
     Preset("vllm-router:sticky_least_loaded", _vllm("sticky_least_loaded"), "x-session-id",
            "legacy", "delay", "vllm-admin", True,
            "vllm-router 0.1.17, sticky_least_loaded: never migrates for load"),
@@ -105,10 +108,11 @@ def free_port() -> int:
 
 
 def expand(template: Sequence[str], *, port: int, metrics_port: int, backends: Sequence[str],
-           routers: Path, margin: int | None) -> list[str]:
+           routers: Path, margin: int | None, cache_size: int = 10000) -> list[str]:
     """The command line for ``template`` (see the module docstring for placeholders)."""
     values = {"port": str(port), "metrics_port": str(metrics_port), "python": sys.executable,
-              "routers": str(routers), "margin": "none" if margin is None else str(margin)}
+              "routers": str(routers), "margin": "none" if margin is None else str(margin),
+              "cache_size": str(cache_size)}
     out: list[str] = []
     for token in template:
         if token == "{backends}":
@@ -122,7 +126,8 @@ def expand(template: Sequence[str], *, port: int, metrics_port: int, backends: S
         except (KeyError, IndexError, ValueError) as exc:
             raise PresetError(f"router command token {token!r}: unknown or malformed "
                               f"placeholder ({exc}); known: {{port}}, {{metrics_port}}, "
-                              "{backends}, {backend}, {python}, {routers}, {margin}") from None
+                              "{backends}, {backend}, {python}, {routers}, {margin}, "
+                              "{cache_size}") from None
     return out
 
 

@@ -146,7 +146,8 @@ async def check_router(options: CheckOptions) -> RouterReport:
             target = Target(preset, backends=fleet.urls, routers=options.routers_venv,
                             margin=claim.config.affinity_break_margin,
                             extra=list(options.extra), url=options.url,
-                            log_path=out / "router.log")
+                            log_path=out / "router.log",
+                            cache_size=claim.config.max_cache_size)
             try:
                 await target.fresh(http)  # starts the router and calibrates the settle
                 report.command = target.command or [f"(attached) {options.url}"]

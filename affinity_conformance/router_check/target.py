@@ -32,6 +32,8 @@ from pathlib import Path
 import aiohttp
 import attrs
 
+from affinity_core import DEFAULT_MAX_CACHE_SIZE
+
 from .presets import Preset, RouterProcess, expand, free_port
 
 __all__ = ["SettlePlan", "Target"]
@@ -54,13 +56,14 @@ class Target:
 
     def __init__(self, preset: Preset, *, backends: list[str], routers: Path,
                  margin: int | None, extra: list[str], url: str | None, log_path: Path,
-                 metrics_url: str | None = None) -> None:
+                 metrics_url: str | None = None, cache_size: int = 10000) -> None:
         self.preset, self.backends, self.url = preset, backends, url or ""
         self.attached = url is not None
         self.metrics_url = metrics_url
         self.process: RouterProcess | None = None
         self.log_path = log_path
         self.routers, self.margin, self.extra = routers, margin, extra
+        self.cache_size = cache_size
         self.namespace = ""
         self.runs = 0
         self.round_trip = 0.0
@@ -80,7 +83,10 @@ class Target:
         self.metrics_url = f"http://127.0.0.1:{metrics_port}"
         self.command = expand(self.preset.template, port=port, metrics_port=metrics_port,
                               backends=self.backends, routers=self.routers,
-                              margin=self.margin) + self.extra
+                              margin=self.margin, cache_size=self.cache_size)
+        if self.preset.cache_flag and self.cache_size != DEFAULT_MAX_CACHE_SIZE:
+            self.command += [self.preset.cache_flag, str(self.cache_size)]
+        self.command += self.extra
         self.process = RouterProcess(self.command, self.url, self.log_path)
         await self.process.start(http)
         if self.runs == 1:
