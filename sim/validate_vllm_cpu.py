@@ -87,7 +87,7 @@ def measure(reps: int) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="sim-validate-") as tmp:
         model = build_tiny_model(python, Path(tmp) / "model")
         with VllmFleet(python, model, Path(tmp) / "logs", count=1, gpu_blocks=64,
-                       max_num_seqs=2) as fleet:
+                       max_num_seqs=2, ready_timeout=900) as fleet:
             url = fleet.urls[0]
             for _ in range(2):  # warm-up
                 _post(url, _body(rng, 64, 8))

@@ -44,9 +44,13 @@ def register(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--preset", default="pr7435", metavar="NAME|FILE",
         help=f"built-in sweep ({', '.join(PRESETS)}) or a .toml/.yaml workload file "
-             "(default: pr7435, PR #7435's four workloads)")
+             "(default: pr7435, PR #7435's four workloads with calibrated pools; "
+             "pr7435-scale: the same rows at 512 x 16 trajectories with the pool derived "
+             "from the model, predicted; pr7435-scale-ablation: one modelled feature "
+             "removed at a time)")
     parser.add_argument("--seeds", type=int, default=None, metavar="N",
-                        help="seeds per workload (paired; default: the preset's, 30 for pr7435)")
+                        help="seeds per workload (paired; default: the preset's: 30 for pr7435, "
+                             "10 for pr7435-scale, 3 for its ablation)")
     parser.add_argument("--first-seed", type=int, default=None, metavar="N",
                         help="first seed (default: the preset's, 0)")
     parser.add_argument(

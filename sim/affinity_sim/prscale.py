@@ -130,7 +130,7 @@ def scale_workloads(prompts: int = 512) -> tuple[Workload, ...]:
 
 def scale_sweep(name: str = "pr7435-scale") -> Sweep:
     return Sweep(name=name, workloads=scale_workloads(), policies=tuple(
-        parse_policies(SCALE_POLICIES)), seeds=20, reference=_PR_REFERENCE,
+        parse_policies(SCALE_POLICIES)), seeds=10, reference=_PR_REFERENCE,
         description="PR #7435's rows at 512 x 16 trajectories on 16 replicas, the pool "
                     "derived from the model; predicted, not fitted")
 
