@@ -74,7 +74,7 @@ class Scope:
     # Beyond the small world (jobs_param.py): Hypothesis points of the wide encoding
     # conformance sweep, and operations per size of the data-structure checks.
     wide_conformance_points: int = 250
-    structure_operations: int = 150
+    structure_operations: int = 400
 
 
 def _u(n: int, keys: str, unkeyed: bool = True) -> Universe:
@@ -152,7 +152,7 @@ SMALL = Scope(
                                                       tie_break="draw"),
                           _u(2, "ab"), 2),
     crosshair_condition_timeout=0.5, crosshair_diff_timeout=1.5, job_budget=60.0,
-    wide_conformance_points=120, structure_operations=60,
+    wide_conformance_points=120, structure_operations=100,
 )
 
 DEFAULT = Scope(

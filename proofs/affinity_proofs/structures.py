@@ -14,10 +14,10 @@ after **every** operation, each query with its plain definition over a list:
   ``least_loaded(k)`` (= the k-th position at the minimum, pool order) for the first,
   middle and last k, and ``load`` of the server just changed. Loads are drawn mostly from
   0..3, so the minimum is tied across leaves, with jumps up to 10^6.
-* ``StickyLru`` (capacities 1, 2, 3, 32, 33, 1025): the recency order ``items`` (R-LRU-3,
-  oldest first), ``len``, ``peek``, ``evicts_on_put`` and the bound (R-LRU-5) against a
-  plain list with the R-LRU-1..4 rules; the keys come from a set of ``capacity + 2`` ids,
-  so the map runs through empty, full minus one, full and eviction.
+* ``StickyLru`` (capacities 1, 2, 3, 32, 33, 1024, 1025): the recency order ``items``
+  (R-LRU-3, oldest first), ``len``, ``peek``, ``evicts_on_put`` and the bound (R-LRU-5)
+  against a plain list with the R-LRU-1..4 rules; the keys come from a set of
+  ``capacity + 2`` ids, so the map runs through empty, full minus one, full and eviction.
 
 This is a check at these sizes, not a proof for every size; the sizes are the ones where
 the representation changes. :func:`run` returns the first disagreement (or None), so
@@ -38,7 +38,7 @@ __all__ = ["LOAD_SIZES", "LRU_CAPACITIES", "StructureResult", "check_load_table"
            "check_lru", "run"]
 
 LOAD_SIZES = (1, 31, 32, 33, 64, 65, 1024, 1025)
-LRU_CAPACITIES = (1, 2, 3, 32, 33, 1025)
+LRU_CAPACITIES = (1, 2, 3, 32, 33, 1024, 1025)
 
 
 @attrs.frozen
