@@ -61,7 +61,7 @@ from affinity_core.outcomes import NO_SERVERS_MESSAGE
 
 from .bfs import Check, Edge
 
-__all__ = ["SPEC_CHECKS", "expected_status", "plain_crc32"]
+__all__ = ["SPEC_CHECKS", "effects_violation", "expected_status", "plain_crc32"]
 
 # The status module by name (the package re-exports the function under the same name), so
 # that a negative control patching ``affinity_core.status.status`` is seen here.
@@ -273,7 +273,8 @@ def _expect(c: Config, pre: State, e: Any) -> Expected:
     return LoadsObserved(tuple(updated), tuple(ignored)), {**same, "X": X}
 
 
-def _effects(edge: Edge) -> str | None:
+def effects_violation(edge: Edge) -> str | None:
+    """Obligation 15 on one edge: the outcome and the successor SPEC's rules give."""
     t = edge.transition
     assert t is not None
     outcome, after = _expect(edge.config, edge.pre, edge.event)
@@ -380,7 +381,7 @@ def _deterministic_inputs(edge: Edge) -> str | None:
 
 
 SPEC_CHECKS: tuple[Check, ...] = (
-    Check("outcome_and_effect", 15, lambda c: True, _effects),
+    Check("outcome_and_effect", 15, lambda c: True, effects_violation),
     Check("status_view", 16, lambda c: True, _status, per_state=True),
     Check("lease_counters", 17, lambda c: c.lease_accounting, _lease_counters),
     Check("deterministic_inputs", 18, lambda c: c.full_determinism, _deterministic_inputs,

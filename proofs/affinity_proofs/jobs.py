@@ -34,8 +34,8 @@ from .z3_lemmas import Lemma, LemmaResult, lemma_by_name, run_lemma
 from .z3_model import Rules
 
 __all__ = ["bfs_mutant_job", "bfs_spec_job", "bmc_job", "config_job", "conformance_job",
-           "counterexample_job", "crosshair_jobs", "determinism_job", "symmetry_job",
-           "z3_lemma_job"]
+           "counterexample_job", "crosshair_jobs", "decision_table_job", "determinism_job",
+           "symmetry_job", "z3_lemma_job"]
 
 _DESCRIPTIONS = {m.name: m.description for m in MUTANTS}
 _DESCRIPTIONS.update({  # encoded-only variants (Z3): no monkeypatch of the core needed
@@ -351,6 +351,27 @@ def crosshair_jobs(scope: Scope) -> list[Row]:
                     "legacy_decide_3 vs core_decide_null_3: " + same.output.splitlines()[0]
                     if same.output else "no output", ("R-LEG-1", "R-TIE-3")))
     return rows
+
+
+def decision_table_job(scope: Scope) -> list[Row]:
+    """Obligation 15 beyond the BFS loads: every acquire over a table of load vectors and
+    wide pools, against SPEC's plain rules; the control is a tie-break mutant."""
+    from . import decision_table
+    from .mutants import by_name
+
+    start = time.perf_counter()
+    top = scope.decision_table_max
+    checked, failures = decision_table.check_table(top)
+    with by_name("ties_last_in_order").applied():
+        _, found = decision_table.check_table(top)
+    verdict = MutantVerdict("ties_last_in_order", describe("ties_last_in_order"), bool(found),
+                            found[0] if found else "no disagreement")
+    return [Row(15, "decision table (plain rules)",
+                f"N<=3 loads<={top}, N=33..65, {len(decision_table.CONFIGS)} configs",
+                not failures, time.perf_counter() - start, (verdict,),
+                "; ".join(failures) if failures else
+                f"{checked} acquires: outcome and successor as SPEC's rules say",
+                evidence={"acquires": checked})]
 
 
 def config_job() -> list[Row]:

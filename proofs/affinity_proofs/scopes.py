@@ -71,6 +71,8 @@ class Scope:
     # CPU seconds any one job may use (wall-clock cap: 4x + 30 s); past it the job is
     # killed and its row FAILs (budget.py). About 10x the slowest job on an idle machine.
     job_budget: float = 120.0
+    # Obligation 15's decision table: loads 0..this over 1-3 servers (decision_table.py).
+    decision_table_max: int = 5
     # Beyond the small world (jobs_param.py): Hypothesis points of the wide encoding
     # conformance sweep, and operations per size of the data-structure checks.
     wide_conformance_points: int = 250
@@ -152,6 +154,7 @@ SMALL = Scope(
                                                       tie_break="draw"),
                           _u(2, "ab"), 2),
     crosshair_condition_timeout=0.5, crosshair_diff_timeout=1.5, job_budget=60.0,
+    decision_table_max=4,
     wide_conformance_points=120, structure_operations=100,
 )
 
@@ -182,6 +185,7 @@ DEEP = Scope(
                                                       tie_break="draw"),
                           _u(3, "ab", False), 2),
     crosshair_condition_timeout=5.0, crosshair_diff_timeout=20.0, job_budget=900.0,
+    decision_table_max=7,
     wide_conformance_points=3000, structure_operations=1000,
 )
 

@@ -103,7 +103,9 @@ def plan(scope: Scope, write_counterexamples: Path | None = None,
                 serves=frozenset({0})),
             Job("symmetry", jobs.symmetry_job, (scope,), weight=3, serves=frozenset({0})),
             Job("configuration table", jobs.config_job, (), obligation=19,
-                serves=frozenset({18, 19}))]
+                serves=frozenset({18, 19})),
+            Job("decision table", jobs.decision_table_job, (scope,), weight=4, obligation=15,
+                serves=frozenset({15}))]
     runs = scope.bfs_runs
     for mutant in MUTANTS:
         for obligation in mutant.obligations:
