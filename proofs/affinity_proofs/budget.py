@@ -28,7 +28,7 @@ import signal
 import time
 import traceback
 from collections import deque
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Generator, Iterator, Sequence
 from multiprocessing.connection import Connection, wait
 from typing import Any
 
@@ -136,7 +136,8 @@ class BudgetPool:
         value = cpu_seconds(slot.process.pid)
         return value if value is not None else time.perf_counter()
 
-    def run(self, tasks: Sequence[Task]) -> Iterator[tuple[Task, Any]]:
+    def run(self, tasks: Sequence[Task]) -> Generator[tuple[Task, Any], None, None]:
+        """Results as they finish; closing the generator kills the workers."""
         todo: dict[str, deque[Task]] = {lane: deque() for lane in self._lanes}
         for task in tasks:
             todo[task.lane].append(task)

@@ -43,6 +43,8 @@ def register(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--write-counterexamples", type=Path, metavar="DIR",
                         help="also write the regenerated Z3 witnesses to DIR (in a checkout: "
                              "proofs/counterexamples); the check compares with the shipped ones")
+    parser.add_argument("--fail-fast", action="store_true",
+                        help="stop at the first failing job (the rest are not run)")
     parser.add_argument("--only", type=_obligation, action="append", metavar="N",
                         help=f"check only obligation N (0..{max(o.number for o in OBLIGATIONS)}"
                              ", repeatable)")
@@ -135,7 +137,8 @@ def run(args: argparse.Namespace) -> int:
 
         rows, extra, seconds = run_scope(scope, workers=args.workers,
                                          write_counterexamples=args.write_counterexamples,
-                                         progress=progress, only=only)
+                                         progress=progress, only=only,
+                                         fail_fast=args.fail_fast)
     out.print(_table(rows, scope.name, seconds))
     problems = _problems(rows, only)
     refuted = sorted({m.name for r in rows for m in r.mutants if m.refuted})
@@ -146,6 +149,9 @@ def run(args: argparse.Namespace) -> int:
             if m.inconclusive:
                 out.print(f"[yellow]CONTROL INCONCLUSIVE[/] [{r.obligation}] {r.method}: "
                           f"{escape(m.name)}: {escape(m.evidence)}", highlight=False)
+    if extra.get("stopped_at"):
+        problems.append(f"--fail-fast: stopped after the first failing job, "
+                        f"{extra['stopped_at']!r}; later jobs were not run")
     for line in problems:
         out.print(f"[red]FAIL[/] {escape(line)}", highlight=False)
     report: dict[str, Any] = to_json(scope.name, rows, seconds,

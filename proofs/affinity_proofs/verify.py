@@ -151,9 +151,22 @@ def _outcome(job: Job, value: Any) -> Any:
     return value
 
 
+def _job_failed(value: Any) -> bool:
+    """Whether one job's result already fails the run (for ``fail_fast``)."""
+    if isinstance(value, list):
+        return any(not r.passed for r in value)
+    if isinstance(value, dict) and "expects_violation" in value:  # a BFS exploration
+        return bool(value["violations"]) != bool(value["expects_violation"])
+    if isinstance(value, dict):  # a BFS mutant search
+        return not value["refuted"] and not value.get("inconclusive")
+    return False
+
+
 def run(scope: Scope, *, workers: int = 2, write_counterexamples: Path | None = None,
-        progress: Progress | None = None, only: frozenset[int] | None = None
-        ) -> tuple[list[Row], dict[str, Any], float]:
+        progress: Progress | None = None, only: frozenset[int] | None = None,
+        fail_fast: bool = False) -> tuple[list[Row], dict[str, Any], float]:
+    """Every job of the scope; with ``fail_fast`` the run stops at the first job whose
+    result fails (the remaining jobs are killed and their obligations report no rows)."""
     start = time.perf_counter()
     todo = plan(scope, write_counterexamples, only)
     results: dict[str, Any] = {}
@@ -163,14 +176,20 @@ def run(scope: Scope, *, workers: int = 2, write_counterexamples: Path | None = 
     pool = BudgetPool({"cpu": workers, "sub": 2})
     tasks = [Task(job.name, job.fn, job.args, scope.job_budget * job.budget_factor,
                   "sub" if job.subprocess else "cpu") for job in todo]
-    for done, (task, value) in enumerate(pool.run(tasks), start=1):
+    stopped_at = None
+    running = pool.run(tasks)
+    for done, (task, value) in enumerate(running, start=1):
         job = by_name[task.name]
         results[job.name] = _outcome(job, value)
         if progress is not None:
             progress(job.name, done, len(todo))
+        if fail_fast and _job_failed(results[job.name]):
+            stopped_at = job.name
+            running.close()  # kills the workers still running
+            break
     rows: list[Row] = []
     for job in todo:
-        value = results[job.name]
+        value = results.get(job.name)
         if isinstance(value, list):
             rows.extend(value)
     summaries = [v for r in scope.bfs_runs
@@ -181,7 +200,8 @@ def run(scope: Scope, *, workers: int = 2, write_counterexamples: Path | None = 
     if only is not None:
         rows = [r for r in rows if r.obligation in only]
     rows.sort(key=lambda r: (r.obligation, _METHOD_ORDER.get(r.method.split(" ")[0], 9)))
-    extra = {"bfs_runs": summaries, "bfs_mutant_searches": searches}
+    extra = {"bfs_runs": summaries, "bfs_mutant_searches": searches,
+             "stopped_at": stopped_at}
     return rows, extra, time.perf_counter() - start
 
 

@@ -145,7 +145,8 @@ def test_budget_overrun_kills_the_job_and_the_pool_goes_on() -> None:
 
 def test_verify_reports_an_overrun_as_a_fail_row_naming_the_job() -> None:
     scope = attrs.evolve(scope_named("small"), job_budget=0.0)
-    rows, _, _ = verify.run(scope, workers=1, only=frozenset({19}))
+    rows, extra, _ = verify.run(scope, workers=1, only=frozenset({19}), fail_fast=True)
     (row,) = [r for r in rows if r.obligation == 19]
     assert not row.passed and row.method == "configuration table (overran)"
     assert "budget" in row.detail
+    assert extra["stopped_at"] == "configuration table"

@@ -11,7 +11,9 @@ determinism subprocesses inherit the variable), and the file is restored. The mu
 *killed* when verify fails because of it; it *survives* otherwise. An unmutated run
 comes first: the rows and obligations that fail there already (another engineer's work
 in progress) are the *baseline*, and a mutant is killed only when a row or obligation
-that passes on the unmutated tree fails. ``--timeout`` bounds each run: a run
+that passes on the unmutated tree fails. When the baseline is clean, mutant runs use
+``affinity verify --fail-fast`` (any failure is then the mutant's, and a killed mutant
+costs only the jobs up to the first failure). ``--timeout`` bounds each run: a run
 killed by it is reported as ``hung`` (verify's own job budgets should turn that into a
 FAIL long before).
 
@@ -84,7 +86,8 @@ def _failing(report_path: Path) -> list[str]:
 
 
 def run_verify(tree: Path, scope: str, workers: int, timeout: float,
-               baseline: frozenset[str] = frozenset()) -> dict[str, Any]:
+               baseline: frozenset[str] = frozenset(), fail_fast: bool = False
+               ) -> dict[str, Any]:
     """Run verify on ``tree``. Killed = a row or obligation fails that passes on the
     unmutated tree (``baseline`` lists the ones that already fail there)."""
     env = dict(os.environ)
@@ -93,7 +96,8 @@ def run_verify(tree: Path, scope: str, workers: int, timeout: float,
     report = tree / "audit-report.json"
     report.unlink(missing_ok=True)
     cmd = [sys.executable, "-m", "affinity_cli.main", "verify", "--scope", scope,
-           "--workers", str(workers), "--json", str(report)]
+           "--workers", str(workers), "--json", str(report)] + (
+               ["--fail-fast"] if fail_fast else [])
     start = time.perf_counter()
     try:
         proc = subprocess.run(cmd, cwd=tree, env=env, capture_output=True, text=True,
@@ -154,7 +158,9 @@ def main(argv: list[str] | None = None) -> int:
         for i, m in enumerate(mutants, 1):
             original = apply(tree, m)
             try:
-                r = run_verify(tree, args.scope, args.workers, args.timeout, baseline)
+                # --fail-fast only when the unmutated tree passes: then any failure is new.
+                r = run_verify(tree, args.scope, args.workers, args.timeout, baseline,
+                               fail_fast=not args.skip_baseline and not baseline)
             finally:
                 (tree / m.path).write_text(original, encoding="utf-8")
             r.update(id=m.id, path=m.path, description=m.description,
