@@ -51,6 +51,8 @@ def is_valid_id(value: object) -> bool:
     has a UTF-8 encoding for stable_hash and the JSON codec."""
     if not isinstance(value, str) or value == "":
         return False
+    if value.isascii():  # the common case, without building the encoding
+        return True
     try:
         value.encode("utf-8")
     except UnicodeEncodeError:
@@ -63,15 +65,6 @@ def _id(kind: str, value: object) -> None:
         raise EventError(
             f"{kind} must be a non-empty string of Unicode scalar values, got {value!r}"
         )
-
-
-def _optional_id(_inst: Any, attr: attrs.Attribute[Any], value: Any) -> None:
-    if value is not None:
-        _id(attr.name, value)
-
-
-def _server_id(_inst: Any, attr: attrs.Attribute[Any], value: Any) -> None:
-    _id(attr.name, value)
 
 
 def _server_tuple(value: object) -> tuple[str, ...]:
@@ -92,17 +85,44 @@ def _optional_int(_inst: Any, attr: attrs.Attribute[Any], value: Any) -> None:
         raise EventError(f"{attr.name} must be an integer or null, got {value!r}")
 
 
+# Acquire and Release are built once per request, so each checks its fields in one
+# __attrs_post_init__ (one call) instead of one attrs validator per field; the checks and
+# messages are those of the validators above.
+
+
 @attrs.frozen(kw_only=True)
 class Acquire:
-    request_id: str | None = attrs.field(validator=_optional_id)
-    tie_draw: int = attrs.field(default=0, validator=_non_negative_int)
-    request_hash: int | None = attrs.field(default=None, validator=_optional_int)
+    request_id: str | None
+    tie_draw: int = 0
+    request_hash: int | None = None
+
+    def __attrs_post_init__(self) -> None:
+        rid: object = self.request_id
+        if rid is not None and not is_valid_id(rid):
+            _id("request_id", rid)
+        draw: object = self.tie_draw
+        if type(draw) is not int or draw < 0:  # anything unusual: the validator decides
+            _non_negative_int(self, _ACQUIRE_FIELDS.tie_draw, draw)
+        given: object = self.request_hash
+        if given is not None and type(given) is not int:
+            _optional_int(self, _ACQUIRE_FIELDS.request_hash, given)
 
 
 @attrs.frozen(kw_only=True)
 class Release:
-    server_id: str = attrs.field(validator=_server_id)
-    request_id: str | None = attrs.field(default=None, validator=_optional_id)
+    server_id: str
+    request_id: str | None = None
+
+    def __attrs_post_init__(self) -> None:
+        sid: object = self.server_id
+        if not is_valid_id(sid):
+            _id("server_id", sid)
+        rid: object = self.request_id
+        if rid is not None and not is_valid_id(rid):
+            _id("request_id", rid)
+
+
+_ACQUIRE_FIELDS = attrs.fields(Acquire)
 
 
 @attrs.frozen(kw_only=True)

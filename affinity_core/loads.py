@@ -20,7 +20,9 @@ fan-out :data:`FANOUT` (32), the same shape as a HAMT:
 
 Changing one load copies one node per level -- ``ceil(log32 n)`` levels, so one level up
 to 32 replicas and three up to 32,768 -- and shares everything else: acquire and release
-never copy the pool. Position ``p`` lives in leaf ``p >> 5`` at slot ``p & 31``.
+never copy the pool. Position ``p`` lives in leaf ``p >> 5`` at slot ``p & 31``. Up to
+32 servers the root is that one leaf -- a flat tuple of loads with its summary -- and
+``load`` and ``add_load`` index it directly instead of walking levels.
 
 The pool tuple and the ``server -> position`` map change only when servers are added or
 removed; those events rebuild the tree in ``O(n)``, off the hot path. The rebuild keeps
@@ -126,6 +128,8 @@ class LoadTable:
         node = self.tree
         if p is None or node is None:
             return 0
+        if not self.depth:  # up to 32 servers: the root is the one leaf
+            return int(node[3][p])
         for level in range(self.depth, 0, -1):
             node = node[3][(p >> (_BITS * level)) & _MASK]
         return int(node[3][p & _MASK])
@@ -181,6 +185,11 @@ class LoadTable:
         p = self.position[server_id]
         node = self.tree
         assert node is not None
+        if not self.depth:  # up to 32 servers: one leaf, no path to copy
+            loads = node[3]
+            return LoadTable(self.servers, self.position,
+                             _leaf((*loads[:p], loads[p] + delta, *loads[p + 1 :])),
+                             0, self.total + delta)
         path: list[tuple[Node, int]] = []
         for level in range(self.depth, 0, -1):
             i = (p >> (_BITS * level)) & _MASK

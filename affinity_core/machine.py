@@ -172,8 +172,42 @@ def _acquire(config: Config, state: State, event: Acquire) -> Transition:
         pool.add_load(chosen, 1), lru, kept, broken, state.sorted_servers, leases,
         state.external,
     )
+    if evicted is None and (lookup is Lookup.HIT_KEEP or lookup is Lookup.MISS):
+        return Transition(new_state, _plain_acquired(chosen, rule.path))
     previous = pinned if lookup in (Lookup.HIT_BREAK, Lookup.HIT_REMOVED) else None
     return Transition(new_state, Acquired(chosen, rule.path, previous, evicted))
+
+
+# Outcomes are values, so the two commonest -- a kept pin and a first placement without
+# eviction, ``Acquired(server, path)`` -- and an applied release are shared, not rebuilt
+# on every event. Each table is emptied when it reaches _SHARED_LIMIT server ids, so it
+# stays small whatever pools a process sees. Which object is returned is unobservable:
+# equal values, never mutated.
+_SHARED_LIMIT = 4096
+_SHARED_KEPT: dict[str, Acquired] = {}
+_SHARED_NEW: dict[str, Acquired] = {}
+_SHARED_RELEASED: dict[str, Released] = {}
+
+
+def _plain_acquired(server: str, path: Path) -> Acquired:
+    table = _SHARED_KEPT if path is Path.KEPT else _SHARED_NEW if path is Path.NEW else None
+    if table is None:
+        return Acquired(server, path)
+    outcome = table.get(server)
+    if outcome is None:
+        if len(table) >= _SHARED_LIMIT:
+            table.clear()
+        outcome = table[server] = Acquired(server, path)
+    return outcome
+
+
+def _applied_release(server: str) -> Released:
+    outcome = _SHARED_RELEASED.get(server)
+    if outcome is None:
+        if len(_SHARED_RELEASED) >= _SHARED_LIMIT:
+            _SHARED_RELEASED.clear()
+        outcome = _SHARED_RELEASED[server] = Released(server, ReleaseResult.APPLIED)
+    return outcome
 
 
 def _release(config: Config, state: State, event: Release) -> Transition:
@@ -183,7 +217,7 @@ def _release(config: Config, state: State, event: Release) -> Transition:
         if verdict == "current":
             return Transition(
                 _with(state, pool=state.pool.add_load(sid, -1), leases=leases),
-                Released(sid, ReleaseResult.APPLIED),
+                _applied_release(sid),
             )
         result = ReleaseResult.STALE_LEASE if verdict == "stale" else ReleaseResult.UNKNOWN_LEASE
         return Transition(attrs.evolve(state, leases=leases), Released(sid, result))
@@ -193,8 +227,7 @@ def _release(config: Config, state: State, event: Release) -> Transition:
     if state.inflight(sid) == 0:  # external load is never released
         return Transition(state, Released(sid, ReleaseResult.AT_ZERO))
     return Transition(
-        _with(state, pool=pool.add_load(sid, -1), leases=state.leases),
-        Released(sid, ReleaseResult.APPLIED),
+        _with(state, pool=pool.add_load(sid, -1), leases=state.leases), _applied_release(sid)
     )
 
 
