@@ -250,6 +250,9 @@ def render(report: RouterReport) -> str:
     if s is not None:
         lines.append(f"  settle: {s.delay * 1000:.0f} ms after each completion ({s.how}); "
                      f"poll: {s.mode}")
+    if report.ties:
+        lines.append(f"  ties: {report.ties} placements had two or more least-loaded backends; "
+                     f"the router took the first in pool order in {report.ties_first}")
     if report.retries:
         lines.append(f"  the router retried completed requests {report.retries} time(s) "
                      "(extra arrivals of the same request)")

@@ -87,6 +87,7 @@ class RunResult:
     events: list[Event] = attrs.field(factory=list)
     retries: int = 0                # extra arrivals of completed requests (router retries)
     skipped: int = 0                # ops that did not apply (shrunk away, pool guard)
+    ties: list[tuple[int, int]] = attrs.field(factory=list)  # (position chosen, tie size)
 
 
 @attrs.define
@@ -186,10 +187,14 @@ async def run_trace(target: Target, fleet: RecordingFleet, http: aiohttp.ClientS
                         config, state, event, chosen, pool, permitted,
                         load_views(state, list(placed.values()), routed),
                         {s: sum(1 for p in placed.values() if p.server == s and p.failed)
-                         for s in names}, evicted)
+                         for s in names}, evicted,
+                        [d for d in done if d.startswith(("add(", "remove("))])
                     result.divergence = _diverge(index, words, done, state, text, reqs, views)
                     result.events.append(event)
                     return result
+                if len(permitted) > 1:  # a tie: which of the tied backends did it take?
+                    ordered_ties = [s for s in pool if s in permitted]
+                    result.ties.append((ordered_ties.index(chosen), len(ordered_ties)))
                 fed = draw_for(config, state, event, chosen)
                 assert fed is not None
                 transition = step(config, state, fed)
@@ -254,8 +259,8 @@ def _keep_reason(config: Config, state: State, pin: str) -> str:
 
 def _explain(config: Config, state: State, event: Acquire, chosen: str, pool: tuple[str, ...],
              permitted: frozenset[str], views: dict[str, dict[str, int]],
-             failures: dict[str, int], evicted: dict[str, tuple[int, str]]
-             ) -> tuple[str, list[str], tuple[str, ...]]:
+             failures: dict[str, int], evicted: dict[str, tuple[int, str]],
+             changes: Sequence[str] = ()) -> tuple[str, list[str], tuple[str, ...]]:
     """Words, requirement ids and consistent load views for a choice outside the set."""
     ordered = [s for s in pool if s in permitted]
     lookup, pin = classify(config, state, event.request_id)
@@ -276,6 +281,14 @@ def _explain(config: Config, state: State, event: Acquire, chosen: str, pool: tu
                 f"({_keep_reason(config, state, pin)}); the router re-placed the session "
                 "although no pool change was made")
         failed = failures.get(pin, 0)
+        if changes and not failed:
+            text = text.replace("although no pool change was made",
+                                f"after the pool changed ({'; '.join(changes)}), although its pin "
+                                "stayed active: the spec's sticky map is untouched by pool "
+                                "changes, so a pin on an active server is kept (a hash ring "
+                                "that re-maps keys when a backend comes back breaks this)")
+            return text, ["R-ACQ-2", "R-POOL-2", "R-DET-1" if config.full_determinism
+                          else "R-POOL-3"], ()
         if failed:
             text += (f". {failed} request(s) failed on {pin} earlier in this trace: the router "
                      f"appears to take a backend out of rotation after failures (circuit "

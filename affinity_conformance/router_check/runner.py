@@ -90,6 +90,8 @@ class RouterReport:
     passed: int = 0
     failures: list[Failure] = attrs.field(factory=list)
     retries: int = 0
+    ties: int = 0        # placements with two or more least-loaded backends (main traces)
+    ties_first: int = 0  # ... where the router took the first in pool order
     router_runs: int = 0
     probes: dict[str, int] = attrs.field(factory=dict)
     notes: list[str] = attrs.field(factory=list)
@@ -107,6 +109,7 @@ class RouterReport:
                 "settle": None if s is None else {"delay_s": round(s.delay, 4), "mode": s.mode,
                                                   "factor": s.factor, "how": s.how},
                 "traces": self.traces, "passed": self.passed, "retries_seen": self.retries,
+                "ties": self.ties, "ties_to_first_in_pool_order": self.ties_first,
                 "router_starts": self.router_runs, "backend_probes": self.probes,
                 "notes": self.notes, "out_dir": self.out_dir,
                 "seconds": round(self.seconds, 1),
@@ -175,6 +178,8 @@ async def _run_all(options: CheckOptions, shape: TraceShape, target: Target,
         result = await run_trace(target, fleet, http, ops, claim, plan)
         report.traces += 1
         report.retries += result.retries
+        report.ties += len(result.ties)
+        report.ties_first += sum(1 for position, _ in result.ties if position == 0)
         if result.divergence is None:
             report.passed += 1
             continue
@@ -188,9 +193,10 @@ async def _run_all(options: CheckOptions, shape: TraceShape, target: Target,
             report.notes.append(f"trace seed {seed} failed too; not shrunk (--max-failures)")
             continue
         kinds[kind] = len(report.failures)
-        report.failures.append(await _shrunk(options, seed, ops, result, target, fleet, http,
-                                             plan, out, len(report.failures) + 1,
-                                             report.notes))
+        failure = await _shrunk(options, seed, ops, result, target, fleet, http, plan, out,
+                                len(report.failures) + 1, report.notes)
+        kinds.setdefault(_kind(failure.divergence), len(report.failures))
+        report.failures.append(failure)
 
 
 async def _shrunk(options: CheckOptions, seed: int, ops: list[Op], first: RunResult,
