@@ -176,6 +176,9 @@ def run(scope: Scope, *, workers: int = 2, write_counterexamples: Path | None = 
     pool = BudgetPool({"cpu": workers, "sub": 2})
     tasks = [Task(job.name, job.fn, job.args, scope.job_budget * job.budget_factor,
                   "sub" if job.subprocess else "cpu") for job in todo]
+    if fail_fast:  # cheapest first, the subprocess methods last: a failure costs least
+        tasks = sorted((attrs.evolve(t, lane="cpu") for t in tasks),
+                       key=lambda t: (by_name[t.name].subprocess, by_name[t.name].weight))
     stopped_at = None
     running = pool.run(tasks)
     for done, (task, value) in enumerate(running, start=1):
