@@ -113,6 +113,14 @@ class AffinityLoadBalancer:
         self._handles = handles
         seed = parsed.seed if parsed.seed is not None else int.from_bytes(os.urandom(8), "big")
         self._rng = random.Random(seed)
+        # Hot path, decided once: does an acquire need a draw or the caller's hash at all
+        # (otherwise its event is the request id alone), and one Release per server for
+        # releases without a request id (events are values, so they can be reused).
+        routing = parsed.config
+        self._needs_draw = (not routing.full_determinism
+                            and routing.tie_break is not TieBreak.FIRST)
+        self._needs_hash = routing.full_determinism and routing.hash_mode is HashMode.CALLER
+        self._releases: dict[str, Release] = {}
         self._log: DecisionLogWriter | None = None
         if parsed.decision_log is not None:
             self._log = DecisionLogWriter(
@@ -125,6 +133,10 @@ class AffinityLoadBalancer:
     # ------------------------------------------------------------------ internals
     def _apply(self, event: Event) -> Outcome:
         log = self._log
+        if log is None:
+            transition = step(self._config, self._state, event)
+            self._state = transition.state
+            return transition.outcome
         required = log is not None and self._options.decision_log_required and isinstance(
             event, Acquire)
         if required and log is not None and not log.ready(self._config, self._state):
@@ -170,6 +182,11 @@ class AffinityLoadBalancer:
         sends only declared fields, so anything here is ignored. Raises ``RuntimeError``
         ("No available servers in load balancer") when the pool is empty.
         """
+        if not (self._needs_draw or self._needs_hash):
+            outcome = self._apply(Acquire(request_id=request_id))
+            if type(outcome) is Acquired:
+                return outcome.server_id, self._handles.get(outcome.server_id)
+            return self._acquire_failed(request_id, outcome)
         event = Acquire(
             request_id=request_id,
             tie_draw=self._tie_draw(request_id),
@@ -178,6 +195,10 @@ class AffinityLoadBalancer:
         outcome = self._apply(event)
         if isinstance(outcome, Acquired):
             return outcome.server_id, self._handles.get(outcome.server_id)
+        return self._acquire_failed(request_id, outcome)
+
+    @staticmethod
+    def _acquire_failed(request_id: str, outcome: Outcome) -> NoReturn:
         assert isinstance(outcome, Rejected)
         if outcome.reason is RejectReason.NO_SERVERS:
             raise RuntimeError(NO_SERVERS_MESSAGE)
@@ -190,6 +211,14 @@ class AffinityLoadBalancer:
         ``request_id`` is not used. With ``lease_accounting`` the release is matched to
         the acquire it ends (R-LEASE-3).
         """
+        if request_id is None and type(server_id) is str:
+            event = self._releases.get(server_id)
+            if event is None:
+                event = Release(server_id=server_id)
+                if server_id in self._handles:  # bounded by the pool, emptied on removal
+                    self._releases[server_id] = event
+            self._apply(event)
+            return
         self._apply(Release(server_id=server_id, request_id=request_id))
 
     def require_acquire_fields(self) -> list[str]:
@@ -218,6 +247,7 @@ class AffinityLoadBalancer:
         self._apply(RemoveServers(server_ids=ids))
         for sid in ids:
             self._handles.pop(sid, None)
+            self._releases.pop(sid, None)
 
     def get_all_servers(self) -> list[str]:
         """Active server ids in pool order."""
