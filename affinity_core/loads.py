@@ -156,14 +156,13 @@ class LoadTable:
         assert node is not None and 0 <= k < node[1], "k outside the tie set"
         low, base = node[0], 0
         for level in range(self.depth, 0, -1):
-            i = 0
-            for i, (child_min, child_count) in enumerate(  # noqa: B007 (i is read below)
-                zip(node[4], node[5], strict=True)
-            ):
-                if child_min == low:
-                    if k < child_count:
-                        break
-                    k -= child_count
+            # Skip the children at the minimum until the one holding the k-th tie; the
+            # scans for the next child at the minimum are C-level tuple.index calls.
+            mins, counts = node[4], node[5]
+            i = mins.index(low)
+            while k >= counts[i]:
+                k -= counts[i]
+                i = mins.index(low, i + 1)
             node = node[3][i]
             base += i << (_BITS * level)
         loads = node[3]
@@ -198,7 +197,16 @@ class LoadTable:
         j = p & _MASK
         loads = node[3]
         new = _leaf((*loads[:j], loads[j] + delta, *loads[j + 1 :]))
+        child = node  # the node that ``new`` replaces
         for parent, i in reversed(path):
+            if new[0] == child[0] and new[1] == child[1] and new[2] == child[2]:
+                # The child's summary did not change (the usual case away from the
+                # minimum and the maximum): only its pointer moves, and the parent keeps
+                # its summary and summary tuples -- the value _summarise would give.
+                new = (*parent[:3], (*parent[3][:i], new, *parent[3][i + 1 :]), *parent[4:])
+                child = parent
+                continue
+            child = parent
             new = _summarise(
                 (*parent[3][:i], new, *parent[3][i + 1 :]),
                 (*parent[4][:i], new[0], *parent[4][i + 1 :]),

@@ -1,0 +1,119 @@
+"""The core's fast paths give the values of the plain definitions (issue 16).
+
+Theory of operation
+-------------------
+Each shortcut added for speed is checked against what it replaces:
+
+* ``LoadTable.add_load`` (single-leaf indexing up to 32 servers, unchanged child
+  summaries reused above): after every change the table is *equal* to one rebuilt from
+  its items, so the structure stays canonical (equal pools, equal tables), at the sizes
+  where the shape changes;
+* ``LoadTable.least_loaded`` (C-level scans for the child at the minimum): every k
+  against the k-th minimum position of the plain list;
+* shared outcomes: equal to freshly built ones, and the sharing table stays bounded;
+* ``Acquire`` / ``Release`` field checks (one post-init instead of per-field
+  validators): accept and reject exactly what the per-field rules accept and reject,
+  with the same messages.
+"""
+
+from __future__ import annotations
+
+import random
+from typing import Any
+
+import pytest
+
+import affinity_core.machine as machine
+from affinity_core import (
+    Acquire,
+    Acquired,
+    Config,
+    EventError,
+    LoadTable,
+    Path,
+    Release,
+    Released,
+    ReleaseResult,
+    initial_state,
+    step,
+)
+
+
+@pytest.mark.parametrize("n", [1, 2, 31, 32, 33, 64, 65, 1024, 1025])
+def test_add_load_keeps_the_table_canonical(n: int) -> None:
+    rng = random.Random(n)
+    servers = [f"s{i}" for i in range(n)]
+    plain = [rng.choice((0, 0, 1, 2)) for _ in range(n)]
+    table = LoadTable.build(zip(servers, plain, strict=True))
+    for _ in range(150):
+        p = rng.randrange(n)
+        delta = rng.choice((1, 1, -1)) if plain[p] else 1
+        plain[p] += delta
+        table = table.add_load(servers[p], delta)
+        assert table == LoadTable.build(zip(servers, plain, strict=True))
+        low = min(plain)
+        ties = [s for s, x in zip(servers, plain, strict=True) if x == low]
+        assert table.tie_count == len(ties)
+        for k in {0, len(ties) // 2, len(ties) - 1}:
+            assert table.least_loaded(k) == ties[k]
+        assert table.load(servers[p]) == plain[p]
+
+
+def test_shared_outcomes_equal_fresh_ones_and_stay_bounded() -> None:
+    config = Config(affinity_break_margin=2)
+    state = initial_state(config, ["s0", "s1"])
+    first = step(config, state, Acquire(request_id="a"))
+    assert first.outcome == Acquired("s0", Path.NEW)
+    kept = step(config, first.state, Acquire(request_id="a"))
+    assert kept.outcome == Acquired("s0", Path.KEPT)
+    released = step(config, kept.state, Release(server_id="s0"))
+    assert released.outcome == Released("s0", ReleaseResult.APPLIED)
+    limit = machine._SHARED_LIMIT
+    for i in range(limit + 10):
+        assert machine._plain_acquired(f"x{i}", Path.NEW) == Acquired(f"x{i}", Path.NEW)
+        assert machine._applied_release(f"x{i}") == Released(f"x{i}", ReleaseResult.APPLIED)
+    assert 0 < len(machine._SHARED_NEW) <= limit
+    assert 0 < len(machine._SHARED_RELEASED) <= limit
+
+
+class _Int(int):
+    pass
+
+
+BAD_IDS: list[Any] = ["", 1, None, True, b"s", "\ud800", ["s"]]
+GOOD_IDS: list[Any] = ["s", "é", "ζ-1", "\U0001f600"]
+
+
+@pytest.mark.parametrize("value", BAD_IDS)
+def test_events_reject_bad_ids_with_the_field_name(value: Any) -> None:
+    if value is not None:
+        with pytest.raises(EventError, match="request_id must be a non-empty string"):
+            Acquire(request_id=value)
+        with pytest.raises(EventError, match="request_id must be a non-empty string"):
+            Release(server_id="s", request_id=value)
+    with pytest.raises(EventError, match="server_id must be a non-empty string"):
+        Release(server_id=value)
+
+
+@pytest.mark.parametrize("value", GOOD_IDS)
+def test_events_accept_every_scalar_value_string(value: str) -> None:
+    assert Acquire(request_id=value).request_id == value
+    assert Release(server_id=value, request_id=value).server_id == value
+
+
+@pytest.mark.parametrize(("field", "value", "message"), [
+    ("tie_draw", -1, "tie_draw must be an integer >= 0, got -1"),
+    ("tie_draw", True, "tie_draw must be an integer >= 0, got True"),
+    ("tie_draw", 1.0, "tie_draw must be an integer >= 0, got 1.0"),
+    ("tie_draw", _Int(-2), "tie_draw must be an integer >= 0"),
+    ("request_hash", False, "request_hash must be an integer or null, got False"),
+    ("request_hash", "7", "request_hash must be an integer or null, got '7'"),
+])
+def test_acquire_rejects_bad_numbers(field: str, value: Any, message: str) -> None:
+    with pytest.raises(EventError, match=message):
+        Acquire(request_id="a", **{field: value})
+
+
+def test_acquire_accepts_int_subclasses_as_before() -> None:
+    event = Acquire(request_id="a", tie_draw=_Int(3), request_hash=_Int(-5))
+    assert (event.tie_draw, event.request_hash) == (3, -5)
