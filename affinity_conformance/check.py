@@ -49,6 +49,7 @@ from .trace_gen import FAMILIES, Family, SplitMix64, random_trace
 from .vector_format import (
     LEVELS,
     MANIFEST_NAME,
+    STRICT_CONFIG,
     SUITES,
     Case,
     EventStep,
@@ -77,6 +78,7 @@ class Failure:
     trace: tuple[str, ...]  # the minimal trace, events in words
     original_length: int
     vector_path: str | None
+    strict_config: bool = False  # a refusal of the strict-config level (SPEC section 18)
 
     def to_json(self) -> dict[str, Any]:
         return {"suite": self.suite, "origin": self.origin, "step": self.divergence.index + 1,
@@ -88,7 +90,8 @@ class Failure:
     def render(self) -> list[str]:
         """The diagnosis in words: origin, minimal trace, first divergence, vector file."""
         d = self.divergence
-        lines = [f"FAIL {self.suite}: {self.origin}"]
+        head = "DEVIATION (strict-config, SPEC §18)" if self.strict_config else "FAIL"
+        lines = [f"{head} {self.suite}: {self.origin}"]
         if self.trace:
             lines.append(f"  minimal trace ({len(self.trace)} of {self.original_length} "
                          f"events): {'; '.join(self.trace)}")
@@ -349,7 +352,8 @@ class Checker:
                  f"{case.error['key']!r}")
         return CaseResult("fail", Failure(
             case.suite, f"vector {case.suite}/{case.name}.json",
-            Divergence(-1, "construction", words, case.requirements, ()), (), 0, case.path))
+            Divergence(-1, "construction", words, case.requirements, ()), (), 0, case.path,
+            strict_config=STRICT_CONFIG in case.levels))
 
 
 def _rejection_options(impl: Impl, raw: dict[str, Any]) -> dict[str, Any] | None:

@@ -100,8 +100,10 @@ def run(args: argparse.Namespace) -> int:
         print(json.dumps(report.to_json(), indent=2, sort_keys=True))
     else:
         print(render(report))
-        if out.is_dir():
-            print(f"minimal failing traces written as vectors to {out}"
+        written = [f.vector_path for r in report.suites.values() for f in r.failures
+                   if f.vector_path and Path(f.vector_path).parent == out]
+        if written:
+            print(f"{len(written)} minimal failing traces written as vectors to {out}"
                   + (" (a fresh temporary folder; --out DIR to choose)" if fresh else ""))
     return 1 if report.verdict == "fail" else 0
 
@@ -132,6 +134,8 @@ def render(report: CheckReport) -> str:
         if not (r.passed or r.failed or r.unsupported or r.traces_passed or r.traces_failed):
             continue
         verdict = r.verdict.upper() if r.verdict == "fail" else r.verdict
+        if r.failures and not r.traces_failed and all(f.strict_config for f in r.failures):
+            verdict = "deviates"  # only strict-config refusals (SPEC section 18)
         cases = f"{r.passed}/{r.failed}/{r.unsupported}"
         traces = (f"{r.traces_passed}/{r.traces_failed}"
                   if r.traces_passed or r.traces_failed else "-")

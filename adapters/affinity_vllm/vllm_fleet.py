@@ -58,8 +58,12 @@ def _env(extra: dict[str, str]) -> dict[str, str]:
 
 
 def build_tiny_model(python: str, out_dir: Path, timeout: float = 300.0) -> Path:
-    """Write the tiny model + tokenizer into ``out_dir`` (skipped if already there)."""
-    if (out_dir / "model.safetensors").exists() and (out_dir / "tokenizer.json").exists():
+    """Write the tiny model + tokenizer into ``out_dir`` (skipped if already there, with the
+    chat template: a build from before the template is rebuilt)."""
+    config = out_dir / "tokenizer_config.json"
+    if ((out_dir / "model.safetensors").exists() and (out_dir / "tokenizer.json").exists()
+            and ((out_dir / "chat_template.jinja").exists()
+                 or (config.exists() and "chat_template" in config.read_text(encoding="utf-8")))):
         return out_dir
     out_dir.mkdir(parents=True, exist_ok=True)
     result = subprocess.run([python, str(TINY_MODEL_SCRIPT), str(out_dir)], env=_env({}),

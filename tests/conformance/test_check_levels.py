@@ -81,7 +81,7 @@ def test_failures_go_to_a_fresh_temporary_folder_by_default(tmp_path: Path) -> N
     run = _cli(f"{BROKEN}:NoRefreshLruBalancer", "--tie-break", "first", "--budget", "0",
                "--suite", "eviction", cwd=tmp_path)
     assert run.returncode == 1
-    found = re.search(r"written as vectors to (\S+) \(a fresh temporary folder", run.stdout)
+    found = re.search(r"traces written as vectors to (\S+) \(a fresh temporary folder", run.stdout)
     assert found, run.stdout
     folder = Path(found.group(1))
     assert folder.is_dir() and any(folder.glob("check_eviction_*.json"))

@@ -160,3 +160,22 @@ def test_streaming_and_load_scrape_against_real_vllm(servers: VllmFleet) -> None
                 assert report["kv_cache_usage_perc"] is not None
                 assert report["external_load"] == 0
     run(scenario(), timeout=120)
+
+
+def test_chat_completions_use_the_tiny_models_chat_template(servers: VllmFleet) -> None:
+    """tiny_model.py ships a chat template, so real vLLM answers /v1/chat/completions
+    (without one, transformers has no default and vLLM answers 400)."""
+    async def scenario() -> None:
+        async with router_over(servers.urls) as router:
+            url = f"http://127.0.0.1:{router.port}"
+            body = {"model": "tiny", "max_tokens": 4, "ignore_eos": True,
+                    "messages": [{"role": "user", "content": "hello"}]}
+            async with aiohttp.ClientSession() as client, client.post(
+                    url + "/v1/chat/completions", json=body,
+                    headers={"x-session-id": "chat"}) as resp:
+                text = await resp.text()
+                assert resp.status == 200, text
+            reply = json.loads(text)
+            assert reply["choices"][0]["message"]["role"] == "assistant"
+            assert reply["usage"]["completion_tokens"] == 4
+    run(scenario(), timeout=120)
