@@ -91,7 +91,7 @@ class Router:
                               ejection_max=options.ejection_max)
         self.health = {sid: BackendHealth(policy) for sid in options.backends}
         self.metrics.health = self.health
-        self.pool = UpstreamPool(options.connect_timeout)
+        self.pool = UpstreamPool(options.connect_timeout, options.upstream_timeout)
         self.proxy = Proxy(options, self.table, self.metrics, self.pool, self.report)
         self._session: aiohttp.ClientSession | None = None
         self.monitor = Monitor(options, self.table, self.metrics, self.session, self.probed)
