@@ -26,7 +26,8 @@ Metric names (all prefixed ``affinity_router_``):
   whether the log is being written now, and its failures by kind (a write error, the
   live file deleted, moved or replaced underneath, a failed rotation or resumption);
 * ``pool_changes_total{change}``, ``retries_total``, ``client_disconnects_total``;
-* ``requests_total{route,code}``;
+* ``requests_total{route,code}`` -- code 499 when the client left before the response
+  ended (counted once in ``client_disconnects_total`` too), never 500;
 * ``routing_overhead_seconds`` -- histogram, per proxied request, of the time from the
   request's first byte to the first byte written to the backend: HTTP parsing, body
   check, session key, the core step and the connection borrow;
