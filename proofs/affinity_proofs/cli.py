@@ -45,6 +45,9 @@ def register(parser: argparse.ArgumentParser) -> None:
                              "proofs/counterexamples); the check compares with the shipped ones")
     parser.add_argument("--fail-fast", action="store_true",
                         help="stop at the first failing job (the rest are not run)")
+    parser.add_argument("--known-failure", action="append", default=[], metavar="METHOD",
+                        help="with --fail-fast: a row (by its method) that fails already "
+                             "does not stop the run (repeatable; for mutation audits)")
     parser.add_argument("--only", type=_obligation, action="append", metavar="N",
                         help=f"check only obligation N (0..{max(o.number for o in OBLIGATIONS)}"
                              ", repeatable)")
@@ -138,7 +141,8 @@ def run(args: argparse.Namespace) -> int:
         rows, extra, seconds = run_scope(scope, workers=args.workers,
                                          write_counterexamples=args.write_counterexamples,
                                          progress=progress, only=only,
-                                         fail_fast=args.fail_fast)
+                                         fail_fast=args.fail_fast,
+                                         known_failures=frozenset(args.known_failure))
     out.print(_table(rows, scope.name, seconds))
     problems = _problems(rows, only)
     refuted = sorted({m.name for r in rows for m in r.mutants if m.refuted})

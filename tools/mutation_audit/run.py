@@ -11,11 +11,11 @@ determinism subprocesses inherit the variable), and the file is restored. The mu
 *killed* when verify fails because of it; it *survives* otherwise. An unmutated run
 comes first: the rows and obligations that fail there already (another engineer's work
 in progress) are the *baseline*, and a mutant is killed only when a row or obligation
-that passes on the unmutated tree fails. When the baseline is clean, mutant runs use
-``affinity verify --fail-fast`` (any failure is then the mutant's, and a killed mutant
-costs only the jobs up to the first failure). ``--timeout`` bounds each run: a run
-killed by it is reported as ``hung`` (verify's own job budgets should turn that into a
-FAIL long before).
+that passes on the unmutated tree fails. Mutant runs use ``affinity verify --fail-fast``
+with the baseline's failing rows as ``--known-failure`` (any other failure is the
+mutant's, and a killed mutant costs only the jobs up to the first failure).
+``--timeout`` bounds each run: a run killed by it is reported as ``hung`` (verify's own
+job budgets should turn that into a FAIL long before).
 
 Usage::
 
@@ -80,14 +80,15 @@ def _failing(report_path: Path) -> list[str]:
     except (OSError, ValueError):
         return ["(no report)"]
     rows = [f"[{r['obligation']}] {r['method']}" for r in report["rows"] if not r["passed"]]
+    rows += [f"method:{r['method']}" for r in report["rows"] if not r["passed"]]
     obligations = [f"[{o['obligation']}] {o['why']}" for o in report["obligations"]
                    if not o["passed"]]
     return sorted({*rows, *obligations})
 
 
 def run_verify(tree: Path, scope: str, workers: int, timeout: float,
-               baseline: frozenset[str] = frozenset(), fail_fast: bool = False
-               ) -> dict[str, Any]:
+               baseline: frozenset[str] = frozenset(), fail_fast: bool = False,
+               known_rows: tuple[str, ...] = ()) -> dict[str, Any]:
     """Run verify on ``tree``. Killed = a row or obligation fails that passes on the
     unmutated tree (``baseline`` lists the ones that already fail there)."""
     env = dict(os.environ)
@@ -98,6 +99,8 @@ def run_verify(tree: Path, scope: str, workers: int, timeout: float,
     cmd = [sys.executable, "-m", "affinity_cli.main", "verify", "--scope", scope,
            "--workers", str(workers), "--json", str(report)] + (
                ["--fail-fast"] if fail_fast else [])
+    for method in known_rows:
+        cmd += ["--known-failure", method]
     start = time.perf_counter()
     try:
         proc = subprocess.run(cmd, cwd=tree, env=env, capture_output=True, text=True,
@@ -158,9 +161,12 @@ def main(argv: list[str] | None = None) -> int:
         for i, m in enumerate(mutants, 1):
             original = apply(tree, m)
             try:
-                # --fail-fast only when the unmutated tree passes: then any failure is new.
+                # --fail-fast, with the rows that fail on the unmutated tree named as
+                # known failures: any other failing row is the mutant's.
+                known = tuple(sorted(f.removeprefix("method:") for f in baseline
+                                     if f.startswith("method:")))
                 r = run_verify(tree, args.scope, args.workers, args.timeout, baseline,
-                               fail_fast=not args.skip_baseline and not baseline)
+                               fail_fast=not args.skip_baseline, known_rows=known)
             finally:
                 (tree / m.path).write_text(original, encoding="utf-8")
             r.update(id=m.id, path=m.path, description=m.description,
