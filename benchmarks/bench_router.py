@@ -506,6 +506,41 @@ def run_all(contenders: list[Contender], backends: list[str], venv: Path,
     return rows
 
 
+def stub_phases(contenders: list[Contender], stubs: list[str], venv: Path,
+                args: argparse.Namespace, log_dir: Path) -> None:
+    """``--overhead-only``: ``--overhead-rounds`` rounds, each measuring every contender in
+    turn (so a change in the machine's load hits all of them alike); per contender the
+    median over rounds of each figure, and its ratio to the first vllm-router row."""
+    figures: dict[str, list[tuple[float, ...]]] = {c.name: [] for c in contenders}
+    for index in range(args.overhead_rounds):
+        for c in contenders:
+            measured = measure_overhead(c, stubs, venv, args, log_dir)
+            (_, (seq, _, _)), (_, (conc, _, _)) = sorted(measured.items())
+            rps, direct_rps, cpu = measure_throughput(c, stubs, venv, args, log_dir)
+            row = (statistics.median(seq), statistics.median(conc), rps, cpu,
+                   os.getloadavg()[0])
+            figures[c.name].append(row)
+            print(f"round {index + 1}/{args.overhead_rounds} {c.name}: overhead "
+                  f"{1000 * row[0]:.3f} ms (1 client), {1000 * row[1]:.3f} ms "
+                  f"({args.concurrency} clients); {rps:.0f} req/s at "
+                  f"{args.throughput_clients} clients (one stub direct: {direct_rps:.0f}); "
+                  f"router CPU {1e6 * cpu:.0f} us/request; load average {row[4]:.2f}",
+                  flush=True)
+    medians = {name: [statistics.median(r[i] for r in rows) for i in range(5)]
+               for name, rows in figures.items()}
+    reference = next((m for name, m in medians.items() if name.startswith("vllm-router")),
+                     None)
+    print(f"\n| Router | Overhead, 1 client | Overhead, {args.concurrency} clients | Req/s, "
+          f"{args.throughput_clients} clients | Router CPU per request | Load average |")
+    print("|---|---|---|---|---|---|")
+    for name, (one, many, rate, cpu_each, load) in medians.items():
+        ratio = ("" if reference is None else
+                 f" ({one / reference[0]:.2f}x / {many / reference[1]:.2f}x / "
+                 f"{rate / reference[2]:.2f}x / {cpu_each / reference[3]:.2f}x)")
+        print(f"| {name}{ratio} | {1000 * one:.3f} ms | {1000 * many:.3f} ms | {rate:.0f} "
+              f"| {1e6 * cpu_each:.0f} us | {load:.1f} |")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0] if __doc__ else None)
     parser.add_argument("--out", type=Path, default=ROOT / "benchmarks/results")
@@ -536,6 +571,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--overhead-pairs", type=int, default=300)
     parser.add_argument("--throughput-clients", type=int, default=64)
     parser.add_argument("--throughput-requests", type=int, default=4096)
+    parser.add_argument("--overhead-rounds", type=int, default=3,
+                        help="with --overhead-only: rounds over all contenders (medians)")
     args = parser.parse_args(argv)
     if args.quick:
         args.long_sessions, args.short_sessions, args.long_turns = 2, 6, 4
@@ -547,19 +584,7 @@ def main(argv: list[str] | None = None) -> int:
         with tempfile.TemporaryDirectory(prefix="bench-router-") as tmp:
             stubs = StubFleet(Path(tmp))
             try:
-                for c in contenders:
-                    for workers, (diffs, routed, direct) in measure_overhead(
-                            c, stubs.urls, venv, args, Path(tmp)).items():
-                        print(f"{c.name} ({workers} clients): overhead "
-                              f"{1000 * statistics.median(diffs):.3f} ms (routed "
-                              f"{1000 * statistics.median(routed):.3f} ms, direct "
-                              f"{1000 * statistics.median(direct):.3f} ms)", flush=True)
-                    rps, direct_rps, cpu = measure_throughput(c, stubs.urls, venv, args,
-                                                              Path(tmp))
-                    print(f"{c.name} ({args.throughput_clients} clients): {rps:.0f} req/s "
-                          f"(one stub direct: {direct_rps:.0f} req/s), router CPU "
-                          f"{1e6 * cpu:.0f} us/request; load average "
-                          f"{os.getloadavg()[0]:.2f}", flush=True)
+                stub_phases(contenders, stubs.urls, venv, args, Path(tmp))
             finally:
                 stubs.stop()
         return 0
