@@ -36,9 +36,9 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 BALANCERS = ROOT / "tests" / "conformance" / "broken_balancers.py"
-CANONICAL = {  # path inside the wheel -> canonical tree in the checkout
-    "affinity_conformance/vectors": ROOT / "spec" / "vectors",
-    "affinity_proofs/counterexamples": ROOT / "proofs" / "counterexamples",
+CANONICAL = {  # path inside the wheel -> canonical tree, relative to the source root
+    "affinity_conformance/vectors": Path("spec", "vectors"),
+    "affinity_proofs/counterexamples": Path("proofs", "counterexamples"),
 }
 LOG_SCRIPT = """
 from affinity_verl import AffinityLoadBalancer
@@ -96,12 +96,15 @@ def dists(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     assert built.returncode == 0, built.stdout[-3000:] + built.stderr[-3000:]
     wheels, sdists = list(out.glob("*.whl")), list(out.glob("*.tar.gz"))
     assert len(wheels) == 1 and len(sdists) == 1, list(out.iterdir())
-    return {"wheel": wheels[0], "sdist": sdists[0]}
+    return {"wheel": wheels[0], "sdist": sdists[0], "src": src}
 
 
-def _canonical_files() -> dict[str, bytes]:
+def _canonical_files(src: Path) -> dict[str, bytes]:
+    """The canonical trees of the source the dists were built from (a snapshot of the
+    checkout, so edits made during the build cannot race the comparison)."""
     files = {}
-    for inside, tree in CANONICAL.items():
+    for inside, rel in CANONICAL.items():
+        tree = src / rel
         for path in tree.rglob("*"):
             rel = path.relative_to(tree).as_posix()
             if path.is_file() and not rel.startswith("consumers/"):
@@ -110,7 +113,7 @@ def _canonical_files() -> dict[str, bytes]:
 
 
 def test_shipped_data_equals_the_canonical_trees(dists: dict[str, Path]) -> None:
-    want = _canonical_files()
+    want = _canonical_files(dists["src"])
     assert len(want) > 240
     with zipfile.ZipFile(dists["wheel"]) as wheel:
         names = set(wheel.namelist())
