@@ -103,8 +103,8 @@ def _canonical_files(src: Path) -> dict[str, bytes]:
     """The canonical trees of the source the dists were built from (a snapshot of the
     checkout, so edits made during the build cannot race the comparison)."""
     files = {}
-    for inside, rel in CANONICAL.items():
-        tree = src / rel
+    for inside, canonical in CANONICAL.items():
+        tree = src / canonical
         for path in tree.rglob("*"):
             rel = path.relative_to(tree).as_posix()
             if path.is_file() and not rel.startswith("consumers/"):
