@@ -22,7 +22,8 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "serve": ("affinity_vllm.cli", "HTTP router in front of vLLM servers (session affinity)"),
     "simulate": ("affinity_sim.cli", "simulate rollout steps and compare routing policies"),
     "check": ("affinity_conformance.cli_check",
-              "check a balancer class (module:Class) against the spec and vectors"),
+              "check a balancer class (module:Class) against the spec and vectors: a "
+              "verdict per conformance level (core, features, strict-config)"),
     "check-router": ("affinity_conformance.router_check.cli",
                      "check an HTTP router (affinity serve, vllm-router, sglang-router) "
                      "black-box against the spec"),
