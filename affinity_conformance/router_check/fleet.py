@@ -95,6 +95,7 @@ class RecordingFleet:
         self.arrivals: list[Arrival] = []
         self.probes: dict[str, int] = {}
         self.healthy = [True] * size
+        self.probed = [0] * size  # GET probes (health, info, ...) per backend
         self._held: dict[str, _Held] = {}
         self._finished: dict[str, str] = {}  # correlation id -> outcome it was released with
         self._arrived: dict[str, asyncio.Event] = {}
@@ -199,6 +200,7 @@ class RecordingFleet:
 
     async def _probe(self, index: int, path: str) -> web.StreamResponse:
         key = f"GET {path}"
+        self.probed[index] += 1
         self.probes[key] = self.probes.get(key, 0) + 1
         if path.startswith("/health"):
             ok = self.healthy[index]

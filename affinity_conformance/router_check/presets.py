@@ -32,6 +32,7 @@ with ``pip install vllm-router==0.1.17 sglang-router==0.3.2`` -- the same pins a
 
 from __future__ import annotations
 
+import asyncio
 import os
 import shlex
 import signal
@@ -180,7 +181,7 @@ class RouterProcess:
             if time.monotonic() > deadline:
                 self.stop()
                 raise PresetError(f"router not ready after {timeout:.0f} s: {self._log_tail()}")
-            await _sleep(0.1)
+            await asyncio.sleep(0.1)
         times = []
         for _ in range(5):
             started = time.perf_counter()
@@ -215,9 +216,3 @@ class RouterProcess:
         except subprocess.TimeoutExpired:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait(timeout=10)
-
-
-async def _sleep(seconds: float) -> None:
-    import asyncio
-
-    await asyncio.sleep(seconds)

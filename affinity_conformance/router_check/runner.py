@@ -151,6 +151,7 @@ async def check_router(options: CheckOptions) -> RouterReport:
                             extra=list(options.extra), url=options.url,
                             log_path=out / "router.log",
                             cache_size=claim.config.max_cache_size)
+            target.fleet = fleet
             try:
                 await target.fresh(http)  # starts the router and calibrates the settle
                 report.command = target.command or [f"(attached) {options.url}"]

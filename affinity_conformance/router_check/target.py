@@ -34,10 +34,13 @@ import attrs
 
 from affinity_core import DEFAULT_MAX_CACHE_SIZE
 
-from .presets import Preset, RouterProcess, expand, free_port
+from .fleet import MODEL, RecordingFleet
+from .presets import Preset, PresetError, RouterProcess, expand, free_port
 
 __all__ = ["SettlePlan", "Target"]
 
+ATTACH_TIMEOUT = 60.0
+ATTACH_GRACE = 0.5
 MIN_SETTLE = 0.05
 ROUND_TRIPS = 10.0
 POLL_TIMEOUT = 5.0
@@ -68,6 +71,7 @@ class Target:
         self.runs = 0
         self.round_trip = 0.0
         self.command: list[str] = []
+        self.fleet: RecordingFleet | None = None  # set by the runner (attach mode needs it)
 
     async def fresh(self, http: aiohttp.ClientSession) -> None:
         """A router with no state from earlier runs (see the module docstring)."""
@@ -75,6 +79,7 @@ class Target:
         if self.attached:
             self.namespace = f"r{self.runs}-{int(time.time() * 1000) % 10**8}-"
             if self.runs == 1:
+                await self._attach(http)
                 self.round_trip = await _round_trip(http, self.url)
             return
         self.stop()
@@ -91,6 +96,21 @@ class Target:
         await self.process.start(http)
         if self.runs == 1:
             self.round_trip = self.process.round_trip
+
+    async def _attach(self, http: aiohttp.ClientSession) -> None:
+        """Wait until the running router has health-checked every fleet backend since the
+        fleet came up, and answers; a router that found the ports closed before may take
+        a back-off period to re-admit them."""
+        assert self.fleet is not None
+        deadline = time.monotonic() + ATTACH_TIMEOUT
+        while time.monotonic() < deadline:
+            if min(self.fleet.probed) >= 2 and await _answers(http, self.url):
+                await asyncio.sleep(ATTACH_GRACE)
+                return
+            await asyncio.sleep(0.1)
+        raise PresetError(f"the router at {self.url} did not probe every fleet backend and "
+                          f"answer within {ATTACH_TIMEOUT:g} s (probes per backend: "
+                          f"{self.fleet.probed}); are its backends the --fleet-ports?")
 
     def stop(self) -> None:
         if self.process is not None:
@@ -156,9 +176,17 @@ class Target:
         return f"{path}: /list_workers did not reflect the change within {POLL_TIMEOUT:g} s"
 
 
-async def _round_trip(http: aiohttp.ClientSession, url: str) -> float:
-    from .fleet import MODEL
+async def _answers(http: aiohttp.ClientSession, url: str) -> bool:
+    try:
+        async with http.post(url + "/v1/completions", timeout=aiohttp.ClientTimeout(total=5),
+                             json={"model": MODEL, "prompt": "ready?", "max_tokens": 1}) as resp:
+            await resp.read()
+            return resp.status == 200
+    except (aiohttp.ClientError, asyncio.TimeoutError, OSError):
+        return False
 
+
+async def _round_trip(http: aiohttp.ClientSession, url: str) -> float:
     times = []
     for _ in range(5):
         started = time.perf_counter()

@@ -9,11 +9,16 @@
 from __future__ import annotations
 
 import json
+import os
+import signal
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
 from affinity_cli.main import main
+from affinity_conformance.router_check.presets import free_port
 from affinity_conformance.vector_format import EventStep, load_case
 
 COMMON = ["--budget", "2", "--length", "16", "--shrink-runs", "12", "--max-failures", "1"]
@@ -57,3 +62,27 @@ def test_margin_0_claimed_as_margin_2_fails_naming_r_keep_1(
     assert "R-KEEP-1" in case.requirements
     events = [s for s in case.steps if isinstance(s, EventStep)]
     assert [s.expect["path"] for s in events if s.expect] == ["new", "kept"]
+
+
+def test_attach_to_a_running_router_with_url(tmp_path: Path,
+                                             capsys: pytest.CaptureFixture[str]) -> None:
+    """--url: the router is started by someone else, in front of the fleet's fixed ports
+    (which are still closed when it starts, as when a user starts the router first)."""
+    ports = [free_port() for _ in range(3)]
+    router_port = free_port()
+    cmd = [sys.executable, "-m", "affinity_cli.main", "serve", "--port", str(router_port),
+           "--margin", "2", "--log-level", "WARNING",
+           *[f"--backend=http://127.0.0.1:{p}" for p in ports]]
+    with open(tmp_path / "serve.log", "wb") as log:
+        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT,
+                                start_new_session=True)
+    try:
+        code = main(["check-router", "--url", f"http://127.0.0.1:{router_port}",
+                     "--fleet-ports", ",".join(map(str, ports)), "--policy", "margin=2",
+                     "--budget", "1", "--length", "12", "--json", "--out", str(tmp_path / "o")])
+        report = json.loads(capsys.readouterr().out)
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)
+        proc.wait(timeout=10)
+    assert code == 0 and report["verdict"] == "pass", report
+    assert any("attached with --url" in n for n in report["notes"])
