@@ -12,10 +12,12 @@ and each refuting its own mutants with the same checker in the same run:
   mutants of :mod:`.mutants_beyond` applied to the real core;
 * :func:`conformance_wide_job` -- the all-N encoding against the real core on the
   Hypothesis-drawn points of :mod:`.conformance_wide`, with the mutants that only bite
-  there.
+  there;
+* :func:`merge_job` -- the load table's node merge proved for every fan-out and subtree
+  size (:mod:`.z3_structures`), each lemma with its encoded mutant.
 
-The rows carry ``all_n=True`` only for the Z3 lemmas proved with a symbolic N; the
-others are checks at stated sizes and say so in their scope.
+The rows carry ``all_n=True`` only for the Z3 proofs over a symbolic size (the lemmas
+and the node merge); the others are checks at stated sizes and say so in their scope.
 """
 
 from __future__ import annotations
@@ -28,9 +30,10 @@ from .report import MutantVerdict, Row
 from .scopes import Scope
 from .z3_param_lemmas import ParamResult, param_lemma
 from .z3_param_lemmas import run as run_param
+from .z3_structures import MERGE_LEMMAS, run_merge
 
 __all__ = ["ALL_N_SCOPE", "STRUCTURE_MUTANTS", "WIDE_MUTANTS", "conformance_wide_job",
-           "structure_job", "z3_param_job"]
+           "merge_job", "structure_job", "z3_param_job"]
 
 ALL_N_SCOPE = "N >= 1, loads >= 0, margins >= 0, every integer hash"
 
@@ -41,6 +44,12 @@ _ENCODED = {  # encoded-only mutants of the all-N lemmas (no monkeypatch of the 
     "hash_truncated_mod": "deterministic index by C's remainder: negative for h < 0 "
                           "(encoded)",
     "keep_band_plus_two": "keep rule off by two: load[pin] <= min + m + 2 (encoded)",
+    "segments_leave_gaps": "load table: a gap between consecutive children (encoded)",
+    "boundaries_unordered": "load table: children's boundaries not increasing (encoded)",
+    "count_at_least": "load table: a leaf counts loads >= v, not == v (encoded)",
+    "count_sums_all": "load table: the merged count sums every child's (encoded)",
+    "min_of_first_child": "load table: the merged min is the first child's (encoded)",
+    "max_of_last_child": "load table: the merged max is the last child's (encoded)",
 }
 
 
@@ -154,3 +163,31 @@ def conformance_wide_job(scope: Scope) -> list[Row]:
                  "max_load": result.max_load, "negative_hashes": result.negative_hashes,
                  "gate_min_ge_4": result.gate_min_ge_4})]
 
+
+MERGE_SCOPE = "every fan-out k >= 1, every subtree size; with the leaves, every height"
+
+
+def merge_job() -> list[Row]:
+    """LoadTable's node merge for every size: each lemma proved, each mutant refuted."""
+    start = time.perf_counter()
+    failed: list[str] = []
+    verdicts = []
+    results = []
+    for lemma in MERGE_LEMMAS:
+        verdict, seconds = run_merge(lemma)
+        results.append({"lemma": lemma.name, "verdict": verdict, "seconds": round(seconds, 4)})
+        if verdict != "proved":
+            failed.append(f"{lemma.name}: {verdict}")
+        for mutant in lemma.mutants:
+            m_verdict, _ = run_merge(lemma, mutant)
+            verdicts.append(MutantVerdict(mutant, _describe(mutant),
+                                          m_verdict == "counterexample",
+                                          f"{lemma.name}: {m_verdict}"))
+    detail = ("node merge: min(mins), the count over children at the minimum and "
+              "max(maxes) equal the definitions over the subtree (" +
+              ", ".join(lemma.name for lemma in MERGE_LEMMAS) + ")")
+    if failed:
+        detail = "FAILED: " + "; ".join(failed)
+    return [Row(1, "Z3 LoadTable merge, induction", MERGE_SCOPE, not failed,
+                time.perf_counter() - start, tuple(verdicts), detail,
+                ("R-TIE-1", "R-ST-1"), {"lemmas": results}, all_n=not failed)]

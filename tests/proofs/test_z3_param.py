@@ -10,6 +10,7 @@ from affinity_proofs.mutants_beyond import BEYOND_SMALL_MUTANTS, beyond_by_name
 from affinity_proofs.report import Row, to_json
 from affinity_proofs.scopes import scope_named
 from affinity_proofs.z3_param_lemmas import PARAM_LEMMAS, run
+from affinity_proofs.z3_structures import MERGE_LEMMAS, MergeLemma, run_merge
 
 REQUIRED_ALL_N = {  # the obligations issue 10 demands for every N
     "default_null_equivalence", "determinism_ignores_load_margin_gate", "per_decision_skew",
@@ -124,3 +125,29 @@ def test_contradictory_hypotheses_are_vacuous_not_proved() -> None:
     lemma = ParamLemma("contradiction", 0, (), "n >= 1 and n < 1 prove anything",
                        lambda v: (z3.And(n >= 1, n < 1), n == 5), ())
     assert run(lemma).verdict == "vacuous"
+
+
+@pytest.mark.parametrize("lemma", MERGE_LEMMAS, ids=lambda x: x.name)
+def test_load_table_merge_proved_and_mutants_refuted(lemma: MergeLemma) -> None:
+    assert run_merge(lemma)[0] == "proved"
+    for mutant in lemma.mutants:
+        assert run_merge(lemma, mutant)[0] == "counterexample", mutant
+
+
+def test_merge_job_row_is_all_sizes() -> None:
+    [row] = jobs_param.merge_job()
+    assert row.passed and row.all_n and len(row.mutants) >= 6
+    assert all(m.refuted for m in row.mutants)
+
+
+def test_wide_points_do_not_depend_on_what_was_imported_first() -> None:
+    import subprocess
+    import sys
+
+    script = ("{pre}\nimport hashlib\nfrom affinity_proofs import conformance_wide as cw\n"
+              "print(hashlib.sha256(repr(cw.points(40)).encode()).hexdigest())")
+    outputs = {subprocess.run(
+        [sys.executable, "-c", script.format(pre=pre)], capture_output=True, text=True,
+        check=True, env={"PYTHONHASHSEED": "0", "PATH": ""}).stdout
+        for pre in ("", "import affinity_proofs.verify, affinity_proofs.scopes")}
+    assert len(outputs) == 1, outputs
