@@ -178,7 +178,9 @@ class RouterMetrics:
             report = self.reports[sid]
             backends[sid] = {
                 "active": self.table.is_active(sid),
-                "inflight": self.table.inflight(sid),
+                # in the pool: the core's count; out of it: the requests still running there
+                "inflight": self.table.inflight(sid) if self.table.is_active(sid)
+                else self.table.open_requests.get(sid, 0),
                 "open_requests": self.table.open_requests.get(sid, 0),
                 "health": self.health[sid].state.value if sid in self.health else None,
                 "external_load": self.table.external(sid),

@@ -105,7 +105,8 @@ def test_ejection_and_return_with_requests_in_flight_keep_counts_exact(
             status = await f.get_json("/status")
             assert status["backends"][a]["open_requests"] == 2  # still running there
             assert status["backends"][a]["health"] == "ejected"
-            assert status["backends"][a]["inflight"] == 0  # the core's routing load
+            assert status["backends"][a]["inflight"] == 2  # not 0: still running there
+            assert f.router.table.inflight(a) == 0  # the core's load: out of the pool
             await asyncio.sleep(0.06)
             await f.router.monitor.check_health()  # past the back-off: back in the pool
             assert f.router.table.is_active(a)
