@@ -100,6 +100,11 @@ class UpstreamConnection(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
+        if exc is None and self.headers_done and not self.complete and not any(
+                name in (b"content-length", b"transfer-encoding") for name, _ in self.headers):
+            self.complete = True  # a body delimited by the close (RFC 9112 section 6.3)
+            self.pool.busy.discard(self)
+            self._wake()
         if not self.complete and self._error is None and self in self.pool.busy:
             self._fail(UpstreamClosed(
                 f"backend {self.backend} closed the connection"

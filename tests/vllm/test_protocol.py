@@ -11,7 +11,7 @@ import logging
 import pytest
 from affinity_vllm.proxy import end_to_end
 
-from .fleet import fleet, raw_exchange, run, settle, status_and_json
+from .fleet import fleet, raw_exchange, router_over, run, settle, status_and_json
 
 COMPLETION = b'{"model": "tiny", "prompt": "hi", "max_tokens": 1}'
 
@@ -165,4 +165,28 @@ def test_overhead_is_measured_from_the_first_byte_including_parsing() -> None:
             histogram = f.router.metrics.overhead
             assert histogram.count == 1
             assert histogram.total >= 0.2  # receipt of the first byte -> first byte upstream
+    run(scenario())
+
+
+def test_a_body_delimited_by_the_backend_closing_is_relayed_whole() -> None:
+    async def backend(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.readuntil(b"\r\n\r\n")
+        writer.write(b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\n"
+                     b"x-request-id: eof-1\r\nconnection: close\r\n\r\n{\"ok\": true}")
+        await writer.drain()
+        writer.close()
+
+    async def scenario() -> None:
+        server = await asyncio.start_server(backend, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        try:
+            async with router_over([f"http://127.0.0.1:{port}"]) as router:
+                assert router.port is not None
+                reply = await raw_exchange(router.port, _post())
+                status, body = status_and_json(reply)
+                assert (status, body) == (200, {"ok": True})
+                assert b"x-request-id: eof-1" in reply
+                assert router.table.state.inflight_total == 0
+        finally:
+            server.close()
     run(scenario())
