@@ -129,7 +129,11 @@ def register(parser: argparse.ArgumentParser) -> None:
                         help="timeout of one health check or scrape (default: %(default)s)")
     health.add_argument("--eject-5xx", type=int, default=d.eject_5xx.default, metavar="N",
                         help="eject a backend after N consecutive 5xx answers (never the last "
-                        "routable one) (default: %(default)s)")
+                        "routable one); 0: never for 5xx (default: %(default)s)")
+    health.add_argument("--no-retry", dest="retry", action="store_false",
+                        help="do not retry a request that got a 5xx or a connection closed "
+                        "before any response byte (by default it is retried once on another "
+                        "backend); a refused connection is always tried elsewhere")
     health.add_argument("--eject-connect-errors", type=int,
                         default=d.eject_connect_errors.default, metavar="N",
                         help="eject a backend after N consecutive connect errors "
@@ -181,7 +185,7 @@ def options_from_args(args: argparse.Namespace) -> RouterOptions:
         connect_timeout=args.connect_timeout, upstream_timeout=args.upstream_timeout,
         max_connections=args.max_connections, header_timeout=args.header_timeout,
         body_timeout=args.body_timeout, idle_timeout=args.idle_timeout,
-        shutdown_grace=args.shutdown_grace, eject_5xx=args.eject_5xx,
+        shutdown_grace=args.shutdown_grace, eject_5xx=args.eject_5xx, retry=args.retry,
         eject_connect_errors=args.eject_connect_errors, ejection_base=args.ejection_base,
         ejection_max=args.ejection_max,
         health_interval=args.health_interval, health_timeout=args.health_timeout,

@@ -14,7 +14,8 @@ Guards (what turns an observation into a signal):
 * a response below 500 is ``SUCCESS`` and resets the failure run;
 * a 5xx response, or a connect error (refused, connect timeout) is a ``FAILURE``; the
   run of consecutive failures becomes ``EJECT`` when it reaches ``eject_5xx`` (5xx) or
-  ``eject_connect_errors`` (connect errors) -- as Envoy's ``consecutive_5xx`` and
+  ``eject_connect_errors`` (connect errors; ``eject_5xx=0`` never ejects for 5xx) -- as
+  Envoy's ``consecutive_5xx`` and
   ``consecutive_local_origin_failure``. A 5xx run never ejects the last routable backend
   (Envoy's panic threshold: a request that makes every backend fail is not a backend
   fault); a refused connection does, since nothing is listening;
@@ -128,7 +129,7 @@ class BackendHealth:
         if status < 500:
             return self.apply(Signal.SUCCESS, now)
         self.failures_5xx += 1
-        if self.failures_5xx >= self.policy.eject_5xx and others_routable:
+        if 0 < self.policy.eject_5xx <= self.failures_5xx and others_routable:
             return self.apply(Signal.EJECT, now)
         return self.apply(Signal.FAILURE, now)
 

@@ -135,7 +135,8 @@ class RouterOptions:
         default=10000, validator=_in_range("max_connections", 1, 10**6, True))
     shutdown_grace: float = attrs.field(
         default=30.0, validator=_in_range("shutdown_grace", 0, 86400))
-    eject_5xx: int = attrs.field(default=5, validator=_in_range("eject_5xx", 1, 10**6, True))
+    eject_5xx: int = attrs.field(default=5, validator=_in_range("eject_5xx", 0, 10**6, True))
+    retry: bool = True
     eject_connect_errors: int = attrs.field(
         default=1, validator=_in_range("eject_connect_errors", 1, 10**6, True))
     ejection_base: float = attrs.field(

@@ -209,7 +209,7 @@ class Proxy:
     def _may_retry(self, sid: str, retried: bool) -> bool:
         """The one retry is unused and another backend could take it (a retry the core
         must place on the same backend again would just double the failure)."""
-        return not retried and any(s != sid for s in self.table.active)
+        return self.options.retry and not retried and any(s != sid for s in self.table.active)
 
     def _encoded(self, sid: str) -> bytes:
         value = self._sid_bytes.get(sid)

@@ -20,7 +20,8 @@ from affinity_vllm.options import OptionsError, RouterOptions, normalise_backend
 from affinity_cli.main import build_parser, main
 
 # RouterOptions field -> the flag that sets it
-_FLAG_OF = {"backends": "--backend", "lease_accounting": "--no-lease-accounting"}
+_FLAG_OF = {"backends": "--backend", "lease_accounting": "--no-lease-accounting",
+            "retry": "--no-retry"}
 
 
 def _help() -> str:

@@ -229,3 +229,18 @@ def test_health_is_false_soon_after_every_backend_went_down() -> None:
             body = await f.get_json("/health")
             assert body == {"status": "no_backends", "active_backends": 0}
     run(scenario())
+
+
+def test_no_retry_and_eject_5xx_0_leave_failed_requests_as_plain_releases() -> None:
+    async def scenario() -> None:
+        async with fleet(2, retry=False, eject_5xx=0) as f:
+            broken = f.stubs[0]
+            await broken.set_fault("error")
+            replies = [await f.complete(None) for _ in range(12)]
+            failed = [r for r in replies if r.backend == broken.url]
+            assert failed and all(r.status == 500 for r in failed)  # relayed, not retried
+            assert f.router.metrics.retries.get() == 0
+            assert f.router.table.is_active(broken.url)  # never ejected for 5xx
+            assert f.router.table.pool_changes == {"added": 0, "removed": 0}
+            f.assert_idle()
+    run(scenario())
