@@ -151,3 +151,13 @@ def test_wide_points_do_not_depend_on_what_was_imported_first() -> None:
         check=True, env={"PYTHONHASHSEED": "0", "PATH": ""}).stdout
         for pre in ("", "import affinity_proofs.verify, affinity_proofs.scopes")}
     assert len(outputs) == 1, outputs
+
+
+def test_verify_plans_every_beyond_small_job() -> None:
+    from affinity_proofs.verify import plan
+
+    for scope in ("small", "default", "deep"):
+        names = {job.name for job in plan(scope_named(scope))}
+        assert {f"Z3 all-N {lemma.name}" for lemma in PARAM_LEMMAS} <= names
+        assert {"structure load_table", "structure sticky_lru", "Z3 load table merge",
+                "encoding conformance (wide)"} <= names
