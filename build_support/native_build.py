@@ -138,8 +138,9 @@ def _write_selector(target: Path, source_dir: Path) -> None:
                                           encoding="utf-8")
 
 
-def build_into(out: Path, root: Path) -> Path:
-    """Build a complete compiled ``affinity_core`` package into ``out`` (for tests)."""
+def build_into(out: Path, root: Path, choice: str = "compiled") -> Path:
+    """Build a complete ``affinity_core`` package into ``out`` (for tests): the sources
+    plus, when the build succeeds, ``_native``; ``choice`` is ``AFFINITY_BUILD``."""
     out = out.resolve()
     package = out / PACKAGE
     shutil.rmtree(package, ignore_errors=True)
@@ -153,7 +154,7 @@ def build_into(out: Path, root: Path) -> Path:
         cmd = dist.get_command_obj("build_ext")
         cmd.build_lib = str(out)
         cmd.build_temp = str(out / "_build_temp")
-        os.environ["AFFINITY_BUILD"] = "compiled"
+        os.environ["AFFINITY_BUILD"] = choice
         dist.run_command("build_ext")
     finally:
         os.chdir(cwd)
@@ -165,8 +166,10 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         description="Build the compiled affinity_core into a directory.")
     parser.add_argument("--out", required=True, type=Path, help="directory to build into")
+    parser.add_argument("--build", choices=("auto", "compiled", "pure"), default="compiled",
+                        help="AFFINITY_BUILD for this build (default: compiled)")
     args = parser.parse_args(argv)
-    package = build_into(args.out, HERE.parent)
+    package = build_into(args.out, HERE.parent, args.build)
     print(package)
     return 0
 

@@ -102,6 +102,25 @@ def test_a_stale_build_is_never_run(compiled_dir: Path, tmp_path: Path) -> None:
     assert "the compiled build is stale: machine changed" in done.stderr
 
 
+def test_without_a_compiler_auto_installs_the_source(tmp_path: Path) -> None:
+    """The fallback of a plain install: no working C compiler, AFFINITY_BUILD=auto."""
+    env = {**os.environ, "CC": "/bin/false"}
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "build_support" / "native_build.py"), "--out",
+         str(tmp_path), "--build", "auto"],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=900, check=False)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "affinity_core build: pure (the mypyc build failed: CompileError" in done.stderr
+    assert not (tmp_path / "affinity_core" / "_native").exists()
+    assert _run(SHOW, tmp_path).stdout.startswith("pure|True|pure (no compiled build")
+    env["AFFINITY_BUILD"] = "compiled"
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "build_support" / "native_build.py"), "--out",
+         str(tmp_path / "strict")], cwd=ROOT, env=env, capture_output=True, text=True,
+        timeout=900, check=False)
+    assert done.returncode != 0  # asked for compiled: a failed compile fails the build
+
+
 def test_version_names_the_build(compiled_dir: Path) -> None:
     code = "from affinity_cli.main import version_text; print(version_text())"
     assert "affinity_core: compiled (mypyc" in _run(code, compiled_dir).stdout
@@ -120,7 +139,8 @@ def test_vectors_lockstep_and_differential_pass_on_the_compiled_build(
     # methods lack, so a negative control's expected AssertionError would become an
     # AttributeError while rendering its message.
     args = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-x",
-            "--import-mode=importlib", "--assert=plain", f"--rootdir={ROOT}", "-c", str(ROOT / "pyproject.toml"),
+            "--import-mode=importlib", "--assert=plain", f"--rootdir={ROOT}",
+            "-c", str(ROOT / "pyproject.toml"),
             str(Path(__file__).with_name("check_selected_build.py")),
             *(str(ROOT / s) for s in EQUALITY_SUITES),
             *(f"--deselect={ROOT / d}" for d in DESELECT)]
