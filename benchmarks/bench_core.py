@@ -20,8 +20,10 @@ same process, so they see the same requests in the same order:
   ``random.choice`` ties), for reference;
 * each implementation releases the server it chose itself.
 
-Reported per scale: microseconds per acquire+release pair (best of ``--repeat``,
-implementations alternate within each repeat so load spikes hit all of them), memory per
+Reported per scale: microseconds of this process's CPU time per acquire+release pair
+(``time.process_time``, so time spent descheduled on a shared machine does not count;
+best of ``--repeat``, implementations alternate within each repeat so load spikes hit
+all of them), memory per
 sticky entry (``tracemalloc`` growth while placing ``fill`` new sessions, divided by the
 entries created) for the core and verl, the ratios against ``pr7435`` (time) and ``verl``
 (memory), which build of the core ran (``affinity_core.BUILD``: ``pure`` or ``compiled``)
@@ -139,12 +141,12 @@ def _time_balancer(lb: Any, trace: list[str], window: int) -> float:
     acquire, release = lb.acquire_server, lb.release_server
     outstanding: deque[str] = deque()
     gc.collect()
-    start = time.perf_counter()
+    start = time.process_time()
     for rid in trace:
         outstanding.append(acquire(rid)[0])
         if len(outstanding) > window:
             release(outstanding.popleft())
-    return (time.perf_counter() - start) / len(trace)
+    return (time.process_time() - start) / len(trace)
 
 
 def run_verl(replicas: int, cache: int, trace: list[str], window: int) -> float:
@@ -170,14 +172,14 @@ def run_core(replicas: int, cache: int, trace: list[str], window: int) -> float:
     state = initial_state(config, list(_servers(replicas)))
     outstanding: deque[str] = deque()
     gc.collect()
-    start = time.perf_counter()
+    start = time.process_time()
     for rid in trace:
         t = step(config, state, Acquire(request_id=rid))
         state = t.state
         outstanding.append(t.outcome.server_id)  # type: ignore[union-attr]
         if len(outstanding) > window:
             state = step(config, state, Release(server_id=outstanding.popleft())).state
-    return (time.perf_counter() - start) / len(trace)
+    return (time.process_time() - start) / len(trace)
 
 
 RUNNERS: dict[str, Callable[[int, int, list[str], int], float]] = {

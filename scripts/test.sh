@@ -129,6 +129,19 @@ if ! command -v node >/dev/null 2>&1; then
 fi
 # --- end of the Node block -------------------------------------------------------------
 
+# --- C compiler for the compiled-core equality tier (issue 16) ---------------------------
+# tests/compiled_build builds affinity_core with mypyc into a temp dir and reruns the vectors,
+# the lockstep and the verl differential on it; without cc it is skipped with the reason.
+if ! command -v cc >/dev/null 2>&1 && ! command -v gcc >/dev/null 2>&1; then
+    if command -v apt-get >/dev/null 2>&1 && [[ "$(id -u)" == 0 ]]; then
+        step "apt-get install -y build-essential"
+        quiet apt-cc bash -c 'apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq build-essential'
+    else
+        step "no C compiler and not installable here: the compiled-core tier will be skipped"
+    fi
+fi
+# --- end of the C compiler block --------------------------------------------------------
+
 step "pytest $*"
 set +e
 "$PY" -m pytest "$@"
