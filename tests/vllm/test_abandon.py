@@ -167,7 +167,7 @@ def test_sigterm_on_the_command_line_is_bounded_by_shutdown_grace(tmp_path: Path
         asyncio.run(hang_one())
         output, _ = router.communicate(timeout=10)
         assert router.returncode == 0, output
-        assert time.monotonic() - started < 4.0, output
+        assert time.monotonic() - started < 8.0, output  # grace 0.5 s; slack for load
         assert "grace of 0.5 s over; cancelling 1 open requests" in output, output
         assert "Traceback" not in output, output
     finally:
