@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import asyncio
 import random
+import subprocess
+import sys
 from pathlib import Path
 
 import aiohttp
@@ -89,6 +91,10 @@ def test_one_backend_answering_500_costs_under_one_percent_of_1000_requests(
             f.assert_idle()
         assert_replays(tmp_path / "log.ndjson")
     run(scenario(), timeout=60)
+    done = subprocess.run([sys.executable, "-m", "affinity_cli.main", "replay",
+                           str(tmp_path / "log.ndjson")], capture_output=True, text=True,
+                          timeout=120, check=False)
+    assert done.returncode == 0, done.stdout + done.stderr  # the command itself accepts it
 
 
 def test_ejection_and_return_with_requests_in_flight_keep_counts_exact(
