@@ -238,6 +238,8 @@ def _model_values(model: Any, variables: list[AcquireVars]) -> dict[str, int | b
     out: dict[str, int | bool] = {}
     for decl in sorted(model.decls(), key=lambda d: d.name()):
         value = model[decl]
+        if decl.arity() > 0 or not (z3.is_bool(value) or z3.is_int_value(value)):
+            continue  # Z3's auxiliary functions (e.g. for mod / div), not inputs
         out[decl.name()] = bool(z3.is_true(value)) if z3.is_bool(value) else int(
             value.as_long())
     return out
