@@ -46,70 +46,21 @@ from __future__ import annotations
 
 import asyncio
 import collections
-import json
 import time
 from collections.abc import Awaitable, Callable, Coroutine
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
-import attrs
 import httptools
 
-__all__ = ["PIPELINE_DEPTH", "ClientConnection", "HttpServer", "IncomingRequest",
-           "ServerLimits", "error_body"]
+from .http_messages import IncomingRequest, ServerLimits, error_body, status_line
 
-_REASONS = {200: b"OK", 204: b"No Content", 400: b"Bad Request", 404: b"Not Found",
-            405: b"Method Not Allowed", 408: b"Request Timeout", 413: b"Content Too Large",
-            499: b"Client Closed Request", 500: b"Internal Server Error",
-            502: b"Bad Gateway", 503: b"Service Unavailable", 504: b"Gateway Timeout"}
+if TYPE_CHECKING:
+    from .http_server import HttpServer
+
+__all__ = ["PIPELINE_DEPTH", "ClientConnection", "Handler", "IncomingRequest", "ServerLimits",
+           "error_body"]
+
 PIPELINE_DEPTH = 16
-
-
-def error_body(status: int, message: str, kind: str) -> bytes:
-    """The router's OpenAI-style JSON error body."""
-    return json.dumps({"error": {"message": message, "type": kind, "code": status}}).encode()
-
-
-def status_line(status: int, reason: bytes | None = None) -> bytes:
-    return b"HTTP/1.1 %d %s\r\n" % (status, reason or _REASONS.get(status, b"Status"))
-
-
-@attrs.frozen
-class ServerLimits:
-    max_header_bytes: int = 8190
-    max_headers: int = 128
-    max_body_bytes: int = 8 << 20
-    header_timeout: float = 10.0
-    body_timeout: float = 60.0
-    idle_timeout: float = 75.0
-    max_connections: int = 10000
-
-
-class IncomingRequest:
-    """One parsed request: raw header pairs (names lower-case), the body, timing."""
-
-    __slots__ = ("abandoned", "body", "client", "connection", "headers", "keep_alive",
-                 "method", "path", "query", "received_at", "target", "version")
-
-    def __init__(self, connection: ClientConnection, received_at: float) -> None:
-        self.connection = connection
-        self.received_at = received_at  # perf_counter() at the request's first byte
-        self.method = ""
-        self.target = b""
-        self.path = ""
-        self.query = b""
-        self.version = "1.1"
-        self.headers: list[tuple[bytes, bytes]] = []
-        self.body = b""
-        self.keep_alive = True
-        self.abandoned = False  # the client left while this request was handled
-        self.client = connection.peer
-
-    def header(self, name: bytes) -> bytes | None:
-        """The first value of a header (``name`` lower-case), or None."""
-        for key, value in self.headers:
-            if key == name:
-                return value
-        return None
 
 
 class _Refuse(Exception):
@@ -430,78 +381,3 @@ class ClientConnection(asyncio.Protocol):
         self._refuse(_Refuse(408, f"request {phase} not received within {limit:g} s "
                              f"(--{'header' if phase == 'headers' else 'body'}-timeout)",
                              "request_timeout"))
-
-
-class HttpServer:
-    """Listens and dispatches requests to ``handler``; counts what it refuses."""
-
-    def __init__(self, handler: Handler, limits: ServerLimits,
-                 on_refused: Callable[[int], None] | None = None,
-                 client_gone: Callable[[IncomingRequest | None], None] | None = None,
-                 unhandled: Callable[[IncomingRequest], None] | None = None) -> None:
-        self.handler = handler
-        self.limits = limits
-        self.loop = asyncio.get_event_loop()
-        self.connections: set[ClientConnection] = set()
-        self.refused_connections = 0
-        self.read_timeouts = 0
-        self._on_refused = on_refused
-        self._client_gone = client_gone
-        self._unhandled = unhandled
-        self._server: asyncio.base_events.Server | None = None
-        self._sweeper: asyncio.Task[None] | None = None
-        # Deadlines are checked this often: a quarter of the shortest timeout, within
-        # [10 ms, 1 s], so a timeout fires at most 25% (or 1 s) late.
-        self.sweep_interval = min(1.0, max(0.01, min(
-            limits.header_timeout, limits.body_timeout, limits.idle_timeout) / 4))
-
-    async def start(self, host: str, port: int) -> int:
-        self.loop = asyncio.get_running_loop()
-        self._server = await self.loop.create_server(
-            lambda: ClientConnection(self), host, port, backlog=1024, reuse_address=True)
-        self._sweeper = self.loop.create_task(self._sweep(), name="http-deadlines")
-        sockets = self._server.sockets
-        return int(sockets[0].getsockname()[1]) if sockets else port
-
-    def stop_listening(self) -> None:
-        if self._server is not None:
-            self._server.close()
-
-    def close_idle(self) -> None:
-        for connection in list(self.connections):
-            if not connection.responding and connection.transport is not None:
-                connection.transport.close()
-
-    def abort_all(self) -> None:
-        if self._sweeper is not None:
-            self._sweeper.cancel()
-            self._sweeper = None
-        for connection in list(self.connections):
-            if connection.transport is not None:
-                connection.transport.abort()
-
-    async def _sweep(self) -> None:
-        while True:
-            await asyncio.sleep(self.sweep_interval)
-            now = self.loop.time()
-            for connection in list(self.connections):
-                if connection.deadline and connection.deadline <= now:
-                    connection.expire(now)
-
-    async def wait_closed(self) -> None:
-        if self._server is not None:
-            self._server.close()
-            self._server = None
-
-    def on_refused(self, status: int) -> None:
-        if self._on_refused is not None:
-            self._on_refused(status)
-
-    def client_gone(self, request: IncomingRequest | None) -> None:
-        if self._client_gone is not None:
-            self._client_gone(request)
-
-    def unhandled(self, request: IncomingRequest) -> None:
-        """A request whose handler was cancelled before its first step."""
-        if self._unhandled is not None:
-            self._unhandled(request)

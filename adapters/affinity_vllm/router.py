@@ -49,7 +49,8 @@ import aiohttp
 from affinity_runtime.decision_log import DecisionLogWriter
 
 from .health import BackendHealth, Health, HealthPolicy, PoolChange
-from .http1 import HttpServer, IncomingRequest, ServerLimits, error_body
+from .http1 import IncomingRequest, ServerLimits, error_body
+from .http_server import HttpServer
 from .monitor import Monitor
 from .observability import RouterMetrics
 from .options import RouterOptions
