@@ -4,7 +4,7 @@ Theory of operation
 -------------------
 One process, one event loop (uvloop when installed), one thread. The pieces:
 
-* :class:`~affinity_vllm.http1.HttpServer` -- the client side (asyncio protocols and
+* :class:`~affinity_vllm.http_server.HttpServer` -- the client side (asyncio protocols and
   httptools; limits, read timeouts, client abandonment);
 * :class:`~affinity_vllm.routing.RoutingTable` -- the only routing state; every decision
   and pool change is an ``affinity_core`` event, optionally written to a decision log;
