@@ -8,15 +8,11 @@ The stub speaks the part of vLLM's OpenAI API that a router touches -- ``POST
 and exposes ``GET /metrics`` with vLLM 0.32's metric names, so routing, stickiness,
 streaming, faults and load scraping can be tested in seconds without a model.
 
-**Prefix cache.** :class:`BlockPrefixCache` models vLLM's automatic prefix caching: a
-prompt is cut into full blocks of ``block_size`` tokens; block ``i`` is identified by a
-hash chained over blocks ``0..i``, so a block only matches after an identical prefix.
-A request hits the longest run of leading blocks present in the cache -- at most
-``(len - 1) // block_size`` blocks, because the last prompt token is always computed,
-as in vLLM -- then all its full blocks are inserted or refreshed, and the least recently
-used blocks beyond ``cache_blocks`` are evicted. ``vllm:prefix_cache_queries_total``
-counts prompt tokens and ``vllm:prefix_cache_hits_total`` hit tokens, like vLLM's.
-Text is tokenised as its UTF-8 bytes; chat messages as ``role\\ncontent\\n`` each.
+**Prefix cache.** :class:`~affinity_vllm.prefix_cache.BlockPrefixCache` models vLLM's
+automatic prefix caching by chained block hashes (see that module);
+``vllm:prefix_cache_queries_total`` counts prompt tokens and
+``vllm:prefix_cache_hits_total`` hit tokens, like vLLM's. Text is tokenised as its UTF-8
+bytes; chat messages as ``role\\ncontent\\n`` each.
 
 **Load.** At most ``max_num_seqs`` requests run at once; the others wait on a
 semaphore. ``vllm:num_requests_running`` / ``waiting`` report those two numbers plus
@@ -46,62 +42,18 @@ import asyncio
 import contextlib
 import json
 import time
-from collections import OrderedDict
 from collections.abc import Sequence
 from typing import Any
 
 import attrs
 from aiohttp import web
 
+from .prefix_cache import BlockPrefixCache, chat_tokens, prompt_tokens
+
 __all__ = ["FAULT_MODES", "BlockPrefixCache", "StubOptions", "StubServer", "main"]
 
 FAULT_MODES = ("none", "refuse", "hang", "die_mid_stream", "error", "slow", "huge",
                "unauthorized")
-
-
-class BlockPrefixCache:
-    """A block-granular LRU prefix cache with chained block hashes."""
-
-    def __init__(self, block_size: int, capacity_blocks: int) -> None:
-        if block_size < 1 or capacity_blocks < 1:
-            raise ValueError(f"block_size and capacity_blocks must be >= 1, got "
-                             f"{block_size}, {capacity_blocks}")
-        self.block_size = block_size
-        self.capacity = capacity_blocks
-        self._blocks: OrderedDict[int, None] = OrderedDict()
-        self.queries = 0
-        self.hits = 0
-
-    def _chain(self, tokens: Sequence[int]) -> list[int]:
-        hashes: list[int] = []
-        previous = 0
-        size = self.block_size
-        for start in range(0, len(tokens) - size + 1, size):
-            previous = hash((previous, *tokens[start:start + size]))
-            hashes.append(previous)
-        return hashes
-
-    def admit(self, tokens: Sequence[int]) -> int:
-        """Look the prompt up, count it, insert its blocks; returns the hit tokens."""
-        chain = self._chain(tokens)
-        usable = max(0, (len(tokens) - 1) // self.block_size)
-        hit_blocks = 0
-        for block in chain[:usable]:
-            if block not in self._blocks:
-                break
-            hit_blocks += 1
-        for block in chain:
-            self._blocks[block] = None
-            self._blocks.move_to_end(block)
-        while len(self._blocks) > self.capacity:
-            self._blocks.popitem(last=False)
-        hit_tokens = hit_blocks * self.block_size
-        self.queries += len(tokens)
-        self.hits += hit_tokens
-        return hit_tokens
-
-    def __len__(self) -> int:
-        return len(self._blocks)
 
 
 @attrs.define
@@ -118,33 +70,6 @@ class StubOptions:
     slow_seconds: float = 2.0
     huge_bytes: int = 64 << 20
     log_path: str | None = None
-
-
-def _tokens_of_text(text: str) -> list[int]:
-    return list(text.encode("utf-8"))
-
-
-def _chat_tokens(messages: object) -> list[int]:
-    if not isinstance(messages, list) or not messages:
-        raise ValueError("messages must be a non-empty list")
-    text = []
-    for message in messages:
-        if not isinstance(message, dict) or not isinstance(message.get("content"), str):
-            raise ValueError("each message needs a string 'content'")
-        text.append(f"{message.get('role', 'user')}\n{message['content']}\n")
-    return _tokens_of_text("".join(text))
-
-
-def _prompts(prompt: object) -> list[list[int]]:
-    """A completion ``prompt``: text, token ids, or a batch of either."""
-    if isinstance(prompt, str):
-        return [_tokens_of_text(prompt)]
-    if isinstance(prompt, list) and prompt and all(
-            isinstance(t, int) and not isinstance(t, bool) for t in prompt):
-        return [list(prompt)]
-    if isinstance(prompt, list) and prompt:
-        return [p for item in prompt for p in _prompts(item)]
-    raise ValueError("prompt must be a string, a list of token ids, or a batch of those")
 
 
 class StubServer:
@@ -274,7 +199,7 @@ class StubServer:
             body = await request.json()
             if not isinstance(body, dict):
                 raise ValueError("body must be a JSON object")
-            prompts = [_chat_tokens(body.get("messages"))] if chat else _prompts(
+            prompts = [chat_tokens(body.get("messages"))] if chat else prompt_tokens(
                 body.get("prompt"))
             max_tokens = int(body.get("max_tokens") or 16)
         except (ValueError, TypeError) as exc:
