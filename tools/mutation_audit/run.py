@@ -115,8 +115,8 @@ def run_verify(tree: Path, scope: str, workers: int, timeout: float,
     return {"verdict": verdict, "returncode": proc.returncode,
             "seconds": round(time.perf_counter() - start, 1), "fails": fails[:8],
             "failing": failing, "new_failures": new[:12],
-            "stderr_tail": proc.stderr.strip().splitlines()[-3:] if proc.returncode not in
-            (0, 1) else []}
+            "stderr_tail": proc.stderr.strip().splitlines()[-6:]
+            if proc.returncode not in (0, 1) or "(no report)" in failing else []}
 
 
 def _commit(worktree: bool) -> str:
@@ -155,8 +155,9 @@ def main(argv: list[str] | None = None) -> int:
             baseline = frozenset(base["failing"])
             print(f"baseline: exit {base.get('returncode')} in {base['seconds']} s; "
                   f"already failing: {sorted(baseline) or 'nothing'}", flush=True)
-            if base["verdict"] == "hung":
-                print("the unmutated tree hangs verify: audit void", file=sys.stderr)
+            if base["verdict"] == "hung" or "(no report)" in baseline:
+                print("verify on the unmutated tree hangs or crashes: audit void",
+                      base.get("stderr_tail"), file=sys.stderr)
                 return 2
         for i, m in enumerate(mutants, 1):
             original = apply(tree, m)
