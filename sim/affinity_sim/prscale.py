@@ -159,7 +159,7 @@ ABLATIONS = ("no-prefix-sharing", "no-worker-interleave", "ties-draw", "max-seqs
 
 
 def ablation_sweep() -> Sweep:
-    """Every row with each feature removed in turn (legacy and margin-2, 3 seeds)."""
+    """Every row with each feature removed in turn (legacy and margin-2, 2 seeds)."""
     base = scale_workloads()
     workloads = list(base)
     for feature in ABLATIONS:
@@ -169,7 +169,7 @@ def ablation_sweep() -> Sweep:
             workloads.append(attrs.evolve(_ablate(w, feature), name=f"{w.name}/{feature}",
                                           description=f"{w.description}; ablation {feature}"))
     return Sweep(name="pr7435-scale-ablation", workloads=tuple(workloads),
-                 policies=tuple(parse_policies(("legacy", "margin-2"))), seeds=3,
+                 policies=tuple(parse_policies(("legacy", "margin-2"))), seeds=2,
                  description="pr7435-scale with one modelled feature removed at a time")
 
 
