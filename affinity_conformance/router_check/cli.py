@@ -42,7 +42,7 @@ examples:
   affinity check-router --router-cmd 'my-router --port {{port}} --workers {{backends}}' \\
       --session-header x-session-id --policy margin=1
   # a router you run yourself, in front of the fleet's fixed ports 18001-18003:
-  affinity check-router --url http://127.0.0.1:8080 --fleet-ports 18001,18002,18003 \
+  affinity check-router --url http://127.0.0.1:8080 --fleet-ports 18001,18002,18003 \\
       --session-header x-session-id --policy legacy
 
 The Rust routers are installed into --routers-venv ({' '.join(ROUTER_PACKAGES)}) with
