@@ -66,6 +66,7 @@ __all__ = ["SPEC_CHECKS", "effects_violation", "expected_status", "plain_crc32"]
 # The status module by name (the package re-exports the function under the same name), so
 # that a negative control patching ``affinity_core.status.status`` is seen here.
 status_mod = importlib.import_module("affinity_core.status")
+allowed_mod = importlib.import_module("affinity_core.allowed")
 
 
 def plain_crc32(text: str) -> int:
@@ -273,13 +274,29 @@ def _expect(c: Config, pre: State, e: Any) -> Expected:
     return LoadsObserved(tuple(updated), tuple(ignored)), {**same, "X": X}
 
 
+def _plain_allowed(c: Config, p: _Plain, e: Acquire, outcome: Any) -> frozenset[str]:
+    """R-REL-1 from the expected outcome: empty, the pin, the deterministic server, or T."""
+    if not isinstance(outcome, Acquired):
+        return frozenset()
+    if outcome.path is Path.KEPT or (c.full_determinism and outcome.path is not Path.BROKEN):
+        return frozenset((outcome.server_id,))
+    low = min(p.L.values())
+    return frozenset(s for s in p.order if p.L[s] == low)
+
+
 def effects_violation(edge: Edge) -> str | None:
-    """Obligation 15 on one edge: the outcome and the successor SPEC's rules give."""
+    """Obligation 15 on one edge: the outcome and the successor SPEC's rules give, and for
+    an acquire the decision relation ``allowed`` (R-REL-1)."""
     t = edge.transition
     assert t is not None
     outcome, after = _expect(edge.config, edge.pre, edge.event)
     if t.outcome != outcome:
         return f"outcome {t.outcome!r}, SPEC says {outcome!r}"
+    if isinstance(edge.event, Acquire):
+        got_allowed = allowed_mod.allowed(edge.config, edge.pre, edge.event)
+        want_allowed = _plain_allowed(edge.config, _plain(edge.pre), edge.event, outcome)
+        if got_allowed != want_allowed:
+            return f"allowed = {sorted(got_allowed)}, R-REL-1 says {sorted(want_allowed)}"
     state, F, X = t.state, after["F"], after["X"]
     want_items = tuple((s, F[s] + X.get(s, 0)) for s in after["order"])
     got_x = dict(state.external.items()) if state.external else {}

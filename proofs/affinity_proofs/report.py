@@ -59,7 +59,7 @@ OBLIGATIONS: tuple[Obligation, ...] = (
     Obligation(15, "Outcomes and effects of every event", (
         "R-OUT-3", "R-ACQ-1", "R-ACQ-2", "R-ACQ-3", "R-ACQ-4", "R-ACQ-8", "R-TIE-1",
         "R-TIE-2", "R-TIE-3", "R-TIE-4", "R-RLS-1", "R-POOL-1", "R-POOL-2", "R-POOL-3",
-        "R-CLR-1", "R-OBS-1", "R-LRU-3", "R-LRU-4")),
+        "R-CLR-1", "R-OBS-1", "R-LRU-3", "R-LRU-4", "R-REL-1")),
     Obligation(16, "Status view, also after observed loads", ("R-STAT-1", "R-OBS-2")),
     Obligation(17, "Lease counters", ("R-LEASE-3", "R-LEASE-6")),
     Obligation(18, "Deterministic mode: inputs and index", ("R-ACQ-9", "R-DET-2", "R-DET-3",
