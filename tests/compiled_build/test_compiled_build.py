@@ -127,6 +127,20 @@ def test_version_names_the_build(compiled_dir: Path) -> None:
     assert "affinity_core: pure (compiled build present" in _run(code, compiled_dir, "pure").stdout
 
 
+def test_verify_runs_the_proofs_on_the_source(compiled_dir: Path) -> None:
+    """Mutants are monkeypatches and CrossHair executes Python: ``affinity verify`` must
+    select the pure source even where a compiled build is installed."""
+    code = ("import contextlib, io, os\n"
+            "from affinity_cli.main import main\n"
+            "with contextlib.redirect_stdout(io.StringIO()), "
+            "contextlib.suppress(SystemExit):\n"
+            "    main(['verify', '--help'])\n"
+            "import affinity_core\n"
+            "print(affinity_core.BUILD, os.environ['AFFINITY_BUILD'])\n")
+    done = _run(code, compiled_dir)
+    assert done.stdout.split() == ["pure", "pure"], done.stdout + done.stderr
+
+
 def test_vectors_lockstep_and_differential_pass_on_the_compiled_build(
         compiled_dir: Path) -> None:
     env = {**os.environ, "PYTHONPATH": str(compiled_dir), "AFFINITY_BUILD": "compiled",
