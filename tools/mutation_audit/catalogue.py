@@ -100,7 +100,10 @@ CATALOGUE: tuple[SourceMutant, ...] = (
        "previous not reported on reselected"),
     _m("previous_always", "machine.py",
        "previous = pinned if lookup in (Lookup.HIT_BREAK, Lookup.HIT_REMOVED) else None",
-       "previous = pinned", "previous reported on kept hits too"),
+       "previous = pinned", "previous reported on kept hits too",
+       equivalent="since commit 4865101 a kept hit (and a first placement without eviction) "
+       "returns its shared outcome before this line; every path that still reaches it has "
+       "pinned = None unless it is broken or reselected, where previous = pinned anyway"),
     _m("broken_counted_kept", "machine.py", "        broken += 1", "        kept += 1",
        "a break increments affinity_kept"),
     _m("release_external", "machine.py", "if state.inflight(sid) == 0:",
