@@ -284,15 +284,15 @@ def _plain_allowed(c: Config, p: _Plain, e: Acquire, outcome: Any) -> frozenset[
     return frozenset(s for s in p.order if p.L[s] == low)
 
 
-def effects_violation(edge: Edge) -> str | None:
-    """Obligation 15 on one edge: the outcome and the successor SPEC's rules give, and for
-    an acquire the decision relation ``allowed`` (R-REL-1)."""
+def effects_violation(edge: Edge, with_allowed: bool = False) -> str | None:
+    """Obligation 15 on one edge: the outcome and the successor SPEC's rules give, and
+    (``with_allowed``, the decision table) the decision relation ``allowed`` (R-REL-1)."""
     t = edge.transition
     assert t is not None
     outcome, after = _expect(edge.config, edge.pre, edge.event)
     if t.outcome != outcome:
         return f"outcome {t.outcome!r}, SPEC says {outcome!r}"
-    if isinstance(edge.event, Acquire):
+    if with_allowed and isinstance(edge.event, Acquire):
         got_allowed = allowed_mod.allowed(edge.config, edge.pre, edge.event)
         want_allowed = _plain_allowed(edge.config, _plain(edge.pre), edge.event, outcome)
         if got_allowed != want_allowed:

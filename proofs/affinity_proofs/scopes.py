@@ -72,7 +72,7 @@ class Scope:
     # killed and its row FAILs (budget.py). About 10x the slowest job on an idle machine.
     job_budget: float = 120.0
     # Obligation 15's decision table: loads 0..this over 1-3 servers (decision_table.py).
-    decision_table_max: int = 5
+    decision_table_max: int = 4
     # Beyond the small world (jobs_param.py): Hypothesis points of the wide encoding
     # conformance sweep, and operations per size of the data-structure checks.
     wide_conformance_points: int = 250
