@@ -135,7 +135,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="copy the tracked files of the work tree instead of HEAD")
     parser.add_argument("--out", type=Path, help="write the results as JSON")
     parser.add_argument("--list", action="store_true")
-    parser.add_argument("--skip-baseline", action="store_true")
+    parser.add_argument("--skip-baseline", action="store_true",
+                        help="assume the unmutated tree passes (resuming an audit)")
     args = parser.parse_args(argv)
     mutants = [by_id(i) for i in args.only] if args.only else list(CATALOGUE)
     if args.list:
@@ -167,7 +168,7 @@ def main(argv: list[str] | None = None) -> int:
                 known = tuple(sorted(f.removeprefix("method:") for f in baseline
                                      if f.startswith("method:")))
                 r = run_verify(tree, args.scope, args.workers, args.timeout, baseline,
-                               fail_fast=not args.skip_baseline, known_rows=known)
+                               fail_fast=True, known_rows=known)
             finally:
                 (tree / m.path).write_text(original, encoding="utf-8")
             r.update(id=m.id, path=m.path, description=m.description,
