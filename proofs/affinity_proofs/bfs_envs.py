@@ -74,12 +74,11 @@ def acquires(config: Config, state: State, universe: Universe) -> Iterable[Move]
     for i, rid in enumerate(rids):
         hashed_keyed = config.tie_break is TieBreak.HASHED and rid is not None
         # verl's hash(request_id) is fixed per id within a process; the checker also sends
-        # a negative and a huge one (R-DET-2's floored mod), and acquires without a hash
-        # (refused in caller mode, accepted in stable mode: R-ACQ-9).
+        # a negative one (R-DET-2's floored mod; huge ones are the decision table's), and
+        # acquires without a hash (refused in caller mode, accepted in stable mode: R-ACQ-9).
         hashes: tuple[int | None, ...] = (None,)
         if config.full_determinism:
-            hashes = (7 * i + 1, -(7 * i + 2), 2**64 + 7 * i, None) if caller_hash else \
-                (None, -(7 * i + 2))
+            hashes = (7 * i + 1, -(7 * i + 2), None) if caller_hash else (None, -(7 * i + 2))
         for draw in (0,) if hashed_keyed else draws:
             for request_hash in hashes:
                 yield Acquire(request_id=rid, tie_draw=draw, request_hash=request_hash), \

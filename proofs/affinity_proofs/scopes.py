@@ -117,9 +117,10 @@ def _runs(big: Universe, wide: Universe, cap: int, cache: int, lease: Universe,
                *((big, cap) if big_lockstep else (wide, wcap)), symmetry=True),
         BfsRun("margin 1, hashed ties", c(affinity_break_margin=1, tie_break="hashed"), wide,
                wcap),
-        # Three servers: h mod 3 tells a floored mod from abs(h) mod 3 (R-DET-2).
+        # Three servers: h mod 3 tells a floored mod from abs(h) mod 3 (R-DET-2); decisions
+        # ignore load under full_determinism, so a lower load cap loses nothing there.
         BfsRun("margin 1, full_determinism caller",
-               c(affinity_break_margin=1, full_determinism=True), big, cap),
+               c(affinity_break_margin=1, full_determinism=True), big, max(cap - 1, 1)),
         # Under full_determinism decisions ignore load: the hash and pool order matter.
         BfsRun("margin 0, full_determinism stable",
                c(affinity_break_margin=0, full_determinism=True, hash_mode="stable"), big,
