@@ -180,12 +180,13 @@ def run(scope: Scope, *, workers: int = 2, write_counterexamples: Path | None = 
     pool = BudgetPool({"cpu": workers, "sub": 2})
     tasks = [Task(job.name, job.fn, job.args, scope.job_budget * job.budget_factor,
                   "sub" if job.subprocess else "cpu") for job in todo]
-    if fail_fast:  # properties of the core first (cheapest first), then the controls,
-        # the subprocess methods last: a failure of the core costs the least time
+    if fail_fast:  # checks that run the core first (cheapest first), then the Z3 proofs
+        # of the encoding, then the controls, the subprocess methods last: a failure of
+        # the core costs the least time
         tasks = sorted((attrs.evolve(t, lane="cpu") for t in tasks),
                        key=lambda t: (by_name[t.name].subprocess,
                                       by_name[t.name].fn is jobs.bfs_mutant_job,
-                                      by_name[t.name].weight))
+                                      t.name.startswith("Z3"), by_name[t.name].weight))
     stopped_at = None
     running = pool.run(tasks)
     for done, (task, value) in enumerate(running, start=1):
