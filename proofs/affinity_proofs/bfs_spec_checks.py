@@ -400,6 +400,10 @@ def _deterministic_inputs(edge: Edge) -> str | None:
 SPEC_CHECKS: tuple[Check, ...] = (
     Check("outcome_and_effect", 15, lambda c: True, effects_violation),
     Check("status_view", 16, lambda c: True, _status, per_state=True),
+    # A release that only moves a lease counter leads to a stored state seen before (the
+    # counters are stored at 0), so per-state alone would never show status at 1.
+    Check("status_view_after_release", 16, lambda c: c.lease_accounting, _status,
+          events=(Release,)),
     Check("lease_counters", 17, lambda c: c.lease_accounting, _lease_counters),
     Check("deterministic_inputs", 18, lambda c: c.full_determinism, _deterministic_inputs,
           events=(Acquire,)),
