@@ -15,6 +15,7 @@ import argparse
 import json
 import sys
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
 from .check import DEFAULT_VECTORS, TRACE_LENGTH, CheckReport, run_check
@@ -22,7 +23,7 @@ from .impl_loader import CONVENTIONS, ImplError
 from .levels import LEVELS, STRICT_CONFIG, level_words
 from .vector_format import SUITES, VectorError
 
-__all__ = ["FAILURES_SHOWN", "register", "render"]
+__all__ = ["FAILURES_SHOWN", "int_at_least", "register", "render"]
 
 FAILURES_SHOWN = 3  # per suite in the text report
 
@@ -65,21 +66,24 @@ def register(parser: argparse.ArgumentParser) -> None:
     parser.set_defaults(run=run)
 
 
-def _non_negative(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {value}")
-    return value
+def int_at_least(lowest: int) -> Callable[[str], int]:
+    """An argparse type for integers >= ``lowest``; the error names the value and the range."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(
+                f"expected an integer >= {lowest}, got {text!r}") from None
+        if value < lowest:
+            raise argparse.ArgumentTypeError(f"expected an integer >= {lowest}, got {value}")
+        return value
+
+    return parse
 
 
-def _positive(text: str) -> int:
-    value = _non_negative(text)
-    if value == 0:
-        raise argparse.ArgumentTypeError("expected an integer >= 1, got 0")
-    return value
+_non_negative = int_at_least(0)
+_positive = int_at_least(1)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -15,6 +15,8 @@ from pathlib import Path
 
 import attrs
 
+from affinity_conformance.cli_check import int_at_least
+
 from .claims import CLAIM_FORMS, ClaimError, parse_claim
 from .presets import (
     DEFAULT_ROUTERS_VENV,
@@ -129,14 +131,7 @@ def register(parser: argparse.ArgumentParser) -> None:
     parser.set_defaults(run=run)
 
 
-def _positive(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {value}")
-    return value
+_positive = int_at_least(1)
 
 
 def _ports(text: str) -> tuple[int, ...]:
@@ -152,7 +147,7 @@ def _ports(text: str) -> tuple[int, ...]:
 
 
 def _percent(text: str) -> int:
-    value = _positive(text) if text.strip() != "0" else 0
+    value = int_at_least(0)(text)
     if value > 100:
         raise argparse.ArgumentTypeError(f"expected a percentage in [0, 100], got {value}")
     return value
