@@ -54,7 +54,7 @@ def explain_acquire(config: Config, pre: State, event: Acquire, chosen: str | No
                     evicted: Mapping[str, tuple[int, str]]) -> tuple[str, list[str]]:
     """Words and requirement ids for an acquire whose outcome diverged."""
     rid = event.request_id
-    lookup, pin = classify(config, pre, rid)
+    lookup, pin = classify(config, pre, rid, event.context_tokens)
     loads = dict(pre.pool.items())
     low = pre.pool.min_load if loads else None
     ties = [s for s in loads if loads[s] == low]
@@ -180,7 +180,7 @@ def explain_counters(config: Config, pre: State, event: Acquire, field: str,
     there was a sticky hit but not on keeping it (the keep rule); a different sum means
     they disagree on whether the entry exists (the LRU).
     """
-    lookup, pin = classify(config, pre, event.request_id)
+    lookup, pin = classify(config, pre, event.request_id, event.context_tokens)
     rid = event.request_id
     order = [k for k, _ in pre.lru.items()]
     head = f"{field}: IMPL reports {actual.get(field)!r}, the spec has {expected.get(field)!r}"

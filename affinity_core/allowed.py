@@ -35,7 +35,7 @@ def allowed(config: Config, state: State, event: Acquire) -> frozenset[str]:
     """Servers the spec permits for this acquire (empty iff it is rejected)."""
     if _config_rejection(config, event) is not None:
         return frozenset()
-    lookup, pinned = classify(config, state, event.request_id)
+    lookup, pinned = classify(config, state, event.request_id, event.context_tokens)
     if lookup is Lookup.HIT_KEEP:
         assert pinned is not None
         return frozenset((pinned,))

@@ -87,7 +87,8 @@ def _rel_text(rel: Fraction) -> str:
 # ------------------------------------------------------------------ config
 _CONFIG_KEYS = frozenset({
     "affinity_break_margin", "dual_threshold", "max_cache_size", "full_determinism",
-    "tie_break", "hash_mode", "lease_accounting",
+    "tie_break", "hash_mode", "lease_accounting", "affinity_break_tokens",
+    "affinity_break_band_cap",
 })
 
 
@@ -104,6 +105,12 @@ def config_to_json(config: Config) -> JSON:
         "tie_break": config.tie_break.value,
         "hash_mode": config.hash_mode.value,
         "lease_accounting": config.lease_accounting,
+        # The context band's options appear only when set, so every configuration that
+        # predates them (vectors, decision-log headers, digests) encodes as before.
+        **({} if config.affinity_break_tokens is None else {
+            "affinity_break_tokens": config.affinity_break_tokens,
+            "affinity_break_band_cap": config.affinity_break_band_cap,
+        }),
     }
 
 
@@ -137,6 +144,8 @@ def event_to_json(event: Event) -> JSON:
             out["tie_draw"] = event.tie_draw
         if event.request_hash is not None:
             out["request_hash"] = event.request_hash
+        if event.context_tokens is not None:
+            out["context_tokens"] = event.context_tokens
         return out
     if isinstance(event, Release):
         out = {"op": "release", "server_id": event.server_id}
@@ -154,7 +163,8 @@ def event_to_json(event: Event) -> JSON:
 
 _EVENT_FIELDS: dict[str, tuple[type[Any], frozenset[str], frozenset[str]]] = {
     # op -> (class, required fields, optional fields)
-    "acquire": (Acquire, frozenset({"request_id"}), frozenset({"tie_draw", "request_hash"})),
+    "acquire": (Acquire, frozenset({"request_id"}),
+                frozenset({"tie_draw", "request_hash", "context_tokens"})),
     "release": (Release, frozenset({"server_id"}), frozenset({"request_id"})),
     "add_servers": (AddServers, frozenset({"server_ids"}), frozenset()),
     "remove_servers": (RemoveServers, frozenset({"server_ids"}), frozenset()),

@@ -12,6 +12,12 @@ Routing policy (R-POL-1):
 * ``affinity_break_margin=None`` and ``dual_threshold=None``: the legacy balancer. A
   sticky hit always keeps its pin.
 * ``affinity_break_margin=m`` (PR #7435): keep a pin iff ``load[pin] <= min + m``.
+* ``affinity_break_tokens=T`` with ``affinity_break_band_cap=cap`` (the context-aware
+  band, an opt-in extension of the margin): keep iff ``load[pin] <= min + band`` where
+  ``band = min(m + c // T, cap)`` and ``c`` is the acquire's ``context_tokens``
+  (R-BAND-1). ``T = None`` is the margin rule exactly. Both new options need the margin
+  set, and ``cap >= m``, so the band only ever widens the margin's and skew stays bounded
+  by ``cap`` whatever the context (R-BAND-2).
 * ``dual_threshold=DualThreshold(abs, rel)`` (PR #6533): keep a pin iff the pin is on a
   minimum or the pool is not imbalanced.
 
@@ -36,6 +42,7 @@ __all__ = [
     "HashMode",
     "TieBreak",
     "validate_margin",
+    "validate_optional_positive",
 ]
 
 DEFAULT_MAX_CACHE_SIZE = 10000
@@ -64,23 +71,41 @@ def _describe(value: object) -> str:
     return f"{value!r} ({type(value).__name__})"
 
 
-def validate_margin(value: object, key: str = "affinity_break_margin") -> int | None:
-    """``None`` or an integer >= 0. Integral floats such as ``2.0`` become ``2``."""
+def _optional_int_at_least(value: object, key: str, least: int) -> int | None:
+    # Checked on the value as given, so the message names what the user wrote (-2.0 stays
+    # "-2.0 (float)"); integral floats such as 2.0 (YAML, JSON) are accepted as 2.
     if value is None:
         return None
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
+    accepted = (
+        not isinstance(value, bool)
+        and isinstance(value, (int, float))
+        and (not isinstance(value, float) or (math.isfinite(value) and value.is_integer()))
+        and value >= least
+    )
+    if not accepted:
         raise ConfigError(
-            f"{key} must be null or an integer >= 0, got {_describe(value)}"
+            f"{key} must be null or an integer >= {least}, got {_describe(value)}"
         )
-    if isinstance(value, float):
-        if not math.isfinite(value) or not value.is_integer():
-            raise ConfigError(
-                f"{key} must be null or an integer >= 0, got {_describe(value)}"
-            )
-        value = int(value)
-    if value < 0:
-        raise ConfigError(f"{key} must be null or an integer >= 0, got {_describe(value)}")
+    assert isinstance(value, (int, float))
     return int(value)
+
+
+def validate_margin(value: object, key: str = "affinity_break_margin") -> int | None:
+    """``None`` or an integer >= 0. Integral floats such as ``2.0`` become ``2``."""
+    return _optional_int_at_least(value, key, 0)
+
+
+def validate_optional_positive(value: object, key: str) -> int | None:
+    """``None`` or an integer >= 1 (``affinity_break_tokens``, ``affinity_break_band_cap``)."""
+    return _optional_int_at_least(value, key, 1)
+
+
+def _tokens(value: object) -> int | None:
+    return validate_optional_positive(value, "affinity_break_tokens")
+
+
+def _band_cap(value: object) -> int | None:
+    return validate_optional_positive(value, "affinity_break_band_cap")
 
 
 def _positive_int(key: str, value: object) -> int:
@@ -160,6 +185,31 @@ class Config:
     tie_break: TieBreak = attrs.field(default=TieBreak.FIRST, converter=_as_tie_break)
     hash_mode: HashMode = attrs.field(default=HashMode.CALLER, converter=_as_hash_mode)
     lease_accounting: bool = attrs.field(default=False)
+    affinity_break_tokens: int | None = attrs.field(default=None, converter=_tokens)
+    affinity_break_band_cap: int | None = attrs.field(default=None, converter=_band_cap)
+
+    @affinity_break_band_cap.validator
+    def _check_band(self, _a: object, cap: int | None) -> None:
+        tokens, margin = self.affinity_break_tokens, self.affinity_break_margin
+        if tokens is None and cap is None:
+            return
+        if margin is None:
+            raise ConfigError(
+                "affinity_break_tokens and affinity_break_band_cap widen the band of "
+                "affinity_break_margin, which is null; set the margin too (got "
+                f"affinity_break_tokens={tokens!r}, affinity_break_band_cap={cap!r})"
+            )
+        if tokens is None or cap is None:
+            raise ConfigError(
+                "affinity_break_tokens and affinity_break_band_cap are set together "
+                f"(the cap bounds the skew); got affinity_break_tokens={tokens!r}, "
+                f"affinity_break_band_cap={cap!r}"
+            )
+        if cap < margin:
+            raise ConfigError(
+                f"affinity_break_band_cap must be an integer >= affinity_break_margin "
+                f"({margin}), got {cap!r}"
+            )
 
     @max_cache_size.validator
     def _check_cache(self, _a: object, value: object) -> None:
@@ -193,6 +243,11 @@ class Config:
         if self.dual_threshold is not None:
             return "dual_threshold"
         return "legacy"
+
+    @property
+    def context_band(self) -> bool:
+        """Whether the keep band widens with ``context_tokens`` (R-BAND-1)."""
+        return self.affinity_break_tokens is not None and not self.full_determinism
 
     @property
     def evaluates_pins(self) -> bool:

@@ -8,7 +8,9 @@ An event is one call on verl's balancer API, as an immutable value (R-EV-1):
   request (an HTTP request without a session key): placed least-loaded, never pinned.
   ``tie_draw`` carries the randomness of the ``draw`` tie-break and ``request_hash`` the
   caller's builtin hash of the request id for the ``caller`` hash mode, so the core never draws or
-  hashes by itself.
+  hashes by itself. ``context_tokens`` is the request's prompt length in tokens as the
+  caller knows it at acquire time; only the context band reads it (R-BAND-1), and an
+  acquire without it counts as zero context there (the band never widens on a guess).
 * :class:`Release` -- ``release_server(server_id, request_id=None)``.
 * :class:`AddServers` / :class:`RemoveServers` -- pool changes, in the given order.
 * :class:`ClearStickyCache` -- ``clear_sticky_cache()``.
@@ -95,6 +97,7 @@ class Acquire:
     request_id: str | None
     tie_draw: int = 0
     request_hash: int | None = None
+    context_tokens: int | None = None
 
     def __attrs_post_init__(self) -> None:
         rid: object = self.request_id
@@ -106,6 +109,11 @@ class Acquire:
         given: object = self.request_hash
         if given is not None and type(given) is not int:
             _optional_int(self, _ACQUIRE_FIELDS.request_hash, given)
+        context: object = self.context_tokens
+        if context is not None and (type(context) is not int or context < 0):
+            raise EventError(
+                f"context_tokens must be null or an integer >= 0, got {context!r}"
+            )
 
 
 @attrs.frozen(kw_only=True)

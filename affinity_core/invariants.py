@@ -25,6 +25,7 @@ from .events import Acquire, Event, Release
 from .legacy import LegacyModel
 from .machine import Transition
 from .outcomes import Acquired, Path, Rejected, Released, ReleaseResult
+from .policy import keep_band
 from .state import State
 
 __all__ = [
@@ -71,16 +72,25 @@ def decision_in_pool(pre: State, t: Transition) -> bool:
     return not isinstance(t.outcome, Acquired) or t.outcome.server_id in pre.pool
 
 
-def within_band(config: Config, pre: State, t: Transition) -> bool:
-    """R-KEEP-1 / R-PLACE-1: a kept pin is inside the band; a break lands on a minimum."""
+def _band(config: Config, event: Event | None) -> int | None:
+    """The acquire's keep band (R-KEEP-1, R-BAND-1); without the event, its bound (R-BAND-2)."""
+    if config.affinity_break_tokens is None or isinstance(event, Acquire):
+        return keep_band(config, event.context_tokens if isinstance(event, Acquire) else None)
+    return config.affinity_break_band_cap
+
+
+def within_band(config: Config, pre: State, t: Transition, event: Event | None = None) -> bool:
+    """R-KEEP-1 / R-BAND-1 / R-PLACE-1: a kept pin is inside the band; a break lands on a
+    minimum. Without the event, a band-widened pin is checked against the cap (R-BAND-2)."""
     o = t.outcome
-    if not isinstance(o, Acquired) or config.affinity_break_margin is None:
+    band = _band(config, event)
+    if not isinstance(o, Acquired) or band is None:
         return True
     if config.full_determinism:
         return o.path is not Path.BROKEN
     low = pre.pool.min_load
     if o.path is Path.KEPT:
-        return pre.pool.load(o.server_id) <= low + config.affinity_break_margin
+        return pre.pool.load(o.server_id) <= low + band
     return pre.pool.load(o.server_id) == low
 
 
@@ -144,10 +154,11 @@ def rejection_preserves_state(pre: State, t: Transition) -> bool:
     )
 
 
-def no_starvation(config: Config, pre: State, t: Transition) -> bool:
-    """R-KEEP-3: with a margin, nothing lands on load > m while an idle server exists."""
+def no_starvation(config: Config, pre: State, t: Transition, event: Event | None = None) -> bool:
+    """R-KEEP-3: with a margin, nothing lands on load > m (the acquire's band, R-BAND-1)
+    while an idle server exists."""
     o = t.outcome
-    m = config.affinity_break_margin
+    m = _band(config, event)
     if not isinstance(o, Acquired) or m is None or config.full_determinism:
         return True
     if pre.pool.min_load > 0:
@@ -167,13 +178,13 @@ def step_invariants(config: Config, pre: State, event: Event, t: Transition) -> 
     return {
         "well_formed": well_formed(config, t.state),
         "decision_in_pool": decision_in_pool(pre, t),
-        "within_band": within_band(config, pre, t),
+        "within_band": within_band(config, pre, t, event),
         "placement_is_argmin": placement_is_argmin(config, pre, t),
         "break_moves": break_moves(pre, t),
         "acquire_effect": acquire_effect(pre, event, t),
         "counters_monotonic": counters_monotonic(pre, t),
         "rejection_preserves_state": rejection_preserves_state(pre, t),
-        "no_starvation": no_starvation(config, pre, t),
+        "no_starvation": no_starvation(config, pre, t, event),
         "leases_match_loads": leases_match_loads(config, t.state),
     }
 

@@ -101,8 +101,13 @@ ACQUIRE_RULES: dict[Lookup, AcquireRule] = {
 }
 
 
-def classify(config: Config, state: State, request_id: str | None) -> tuple[Lookup, str | None]:
-    """The lookup class and the pinned server (None when there is no entry)."""
+def classify(
+    config: Config, state: State, request_id: str | None, context_tokens: int | None = None
+) -> tuple[Lookup, str | None]:
+    """The lookup class and the pinned server (None when there is no entry).
+
+    ``context_tokens`` is the acquire's field, read only by the context band.
+    """
     if request_id is None:
         return Lookup.UNKEYED, None
     pinned = state.lru.peek(request_id)
@@ -110,7 +115,7 @@ def classify(config: Config, state: State, request_id: str | None) -> tuple[Look
         return Lookup.MISS, None
     if pinned not in state.pool:
         return Lookup.HIT_REMOVED, pinned
-    if keep_pin(config, state.pool, pinned):
+    if keep_pin(config, state.pool, pinned, context_tokens):
         return Lookup.HIT_KEEP, pinned
     return Lookup.HIT_BREAK, pinned
 
@@ -135,7 +140,7 @@ def _acquire(config: Config, state: State, event: Acquire) -> Transition:
         if rejection is not None:
             return Transition(state, rejection)
     rid = event.request_id
-    lookup, pinned = classify(config, state, rid)
+    lookup, pinned = classify(config, state, rid, event.context_tokens)
     rule = ACQUIRE_RULES[lookup]
     lru = state.lru
     if lookup is Lookup.HIT_REMOVED:

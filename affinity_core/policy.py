@@ -11,6 +11,10 @@ them. Loads are read *before* the acquiring request is counted (R-KEEP-2).
 * margin ``m``: keep iff ``load[pin] <= min(load over the active pool) + m``. The
   minimum includes the pinned server and the bound is inclusive, so margin 0 means
   "move unless already on a least-loaded server";
+* context band (``affinity_break_tokens`` T set): the same comparison with ``m`` replaced
+  by :func:`keep_band`, ``min(m + c // T, cap)`` for the acquire's ``context_tokens`` c
+  (absent counts as 0). A long conversation, whose re-prefill costs more, tolerates more
+  skew before it moves, but never more than ``cap`` (R-BAND-1, R-BAND-2);
 * dual threshold: keep iff ``load[pin] == min`` or the pool is not imbalanced, where
   imbalanced means ``abs > 0 and max - min > abs and max > min * rel``.
 
@@ -34,16 +38,32 @@ from .events import Acquire
 from .hashing import stable_hash
 from .loads import LoadTable
 
-__all__ = ["deterministic_server", "keep_pin", "least_loaded", "tie_index"]
+__all__ = ["deterministic_server", "keep_band", "keep_pin", "least_loaded", "tie_index"]
 
 
-def keep_pin(config: Config, pool: LoadTable, pinned: str) -> bool:
-    """Whether a sticky hit on the active server ``pinned`` keeps its pin."""
+def keep_band(config: Config, context_tokens: int | None) -> int | None:
+    """The skew a sticky hit tolerates: the margin, widened by the context band if set."""
+    margin = config.affinity_break_margin
+    tokens = config.affinity_break_tokens
+    if margin is None or tokens is None:
+        return margin
+    cap = config.affinity_break_band_cap
+    assert cap is not None  # Config requires the cap with T
+    return min(margin + (context_tokens or 0) // tokens, cap)
+
+
+def keep_pin(
+    config: Config, pool: LoadTable, pinned: str, context_tokens: int | None = None
+) -> bool:
+    """Whether a sticky hit on the active server ``pinned`` keeps its pin.
+
+    ``context_tokens`` is the acquire's field; only the context band reads it.
+    """
     if config.full_determinism:
         return True
-    margin = config.affinity_break_margin
-    if margin is not None:
-        return pool.load(pinned) <= pool.min_load + margin
+    band = keep_band(config, context_tokens)
+    if band is not None:
+        return pool.load(pinned) <= pool.min_load + band
     gate = config.dual_threshold
     if gate is None:
         return True

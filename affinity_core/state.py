@@ -76,8 +76,8 @@ class State:
 
 def initial_state(config: Config, servers: Iterable[str] = ()) -> State:
     """The configuration event (R-CFG-2): a fresh balancer over ``servers``, all idle."""
-    if isinstance(servers, str):
-        raise ConfigError(f"servers must be a list of server ids, got the string {servers!r}")
+    if isinstance(servers, str) or not isinstance(servers, Iterable):
+        raise ConfigError(f"servers must be a list of server ids, got {servers!r}")
     # Checked as plain objects: a compiled build type-checks ``str`` variables itself and
     # would raise TypeError before this clear error.
     given: list[object] = list(servers)

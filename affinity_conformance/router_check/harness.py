@@ -263,7 +263,7 @@ def _explain(config: Config, state: State, event: Acquire, chosen: str, pool: tu
              changes: Sequence[str] = ()) -> tuple[str, list[str], tuple[str, ...]]:
     """Words, requirement ids and consistent load views for a choice outside the set."""
     ordered = [s for s in pool if s in permitted]
-    lookup, pin = classify(config, state, event.request_id)
+    lookup, pin = classify(config, state, event.request_id, event.context_tokens)
     if lookup is Lookup.HIT_KEEP and pin is not None and not config.full_determinism \
             and config.affinity_break_margin is not None:
         gap = state.pool.load(pin) - state.pool.min_load

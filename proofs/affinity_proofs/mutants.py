@@ -116,7 +116,9 @@ def _margin_case(config: Config) -> int | None:
     return config.affinity_break_margin
 
 
-def _keep_strict(config: Config, pool: LoadTable, pinned: str) -> bool:
+def _keep_strict(
+    config: Config, pool: LoadTable, pinned: str, context_tokens: int | None = None
+) -> bool:
     # load < min + m  <=>  load <= min + (m - 1); at m = 0 nothing is kept.
     m = _margin_case(config)
     if m is None:
@@ -124,14 +126,18 @@ def _keep_strict(config: Config, pool: LoadTable, pinned: str) -> bool:
     return m > 0 and _ORIGINAL_KEEP(_with_margin(config, m - 1), pool, pinned)
 
 
-def _keep_plus_one(config: Config, pool: LoadTable, pinned: str) -> bool:
+def _keep_plus_one(
+    config: Config, pool: LoadTable, pinned: str, context_tokens: int | None = None
+) -> bool:
     m = _margin_case(config)
     if m is None:
         return _ORIGINAL_KEEP(config, pool, pinned)
     return _ORIGINAL_KEEP(_with_margin(config, m + 1), pool, pinned)
 
 
-def _keep_flipped(config: Config, pool: LoadTable, pinned: str) -> bool:
+def _keep_flipped(
+    config: Config, pool: LoadTable, pinned: str, context_tokens: int | None = None
+) -> bool:
     # load >= min + m  <=>  not (load <= min + m - 1)
     m = _margin_case(config)
     if m is None:
@@ -139,20 +145,26 @@ def _keep_flipped(config: Config, pool: LoadTable, pinned: str) -> bool:
     return m == 0 or not _ORIGINAL_KEEP(_with_margin(config, m - 1), pool, pinned)
 
 
-def _keep_margin_zero_off(config: Config, pool: LoadTable, pinned: str) -> bool:
+def _keep_margin_zero_off(
+    config: Config, pool: LoadTable, pinned: str, context_tokens: int | None = None
+) -> bool:
     # `if margin:` instead of `if margin is not None:` -- margin 0 silently means "off".
     if config.affinity_break_margin == 0:
         return _ORIGINAL_KEEP(_with_margin(config, None), pool, pinned)
     return _ORIGINAL_KEEP(config, pool, pinned)
 
 
-def _keep_none_as_zero(config: Config, pool: LoadTable, pinned: str) -> bool:
+def _keep_none_as_zero(
+    config: Config, pool: LoadTable, pinned: str, context_tokens: int | None = None
+) -> bool:
     if config.policy == "legacy":
         return _ORIGINAL_KEEP(_with_margin(config, 0), pool, pinned)
     return _ORIGINAL_KEEP(config, pool, pinned)
 
 
-def _keep_under_determinism(config: Config, pool: LoadTable, pinned: str) -> bool:
+def _keep_under_determinism(
+    config: Config, pool: LoadTable, pinned: str, context_tokens: int | None = None
+) -> bool:
     return _ORIGINAL_KEEP(attrs.evolve(config, full_determinism=False), pool, pinned)
 
 
@@ -161,7 +173,9 @@ def _others_min(pool: LoadTable, pinned: str) -> int:
     return min(n for s, n in pool.items() if s != pinned)
 
 
-def _keep_min_excludes_pin(config: Config, pool: LoadTable, pinned: str) -> bool:
+def _keep_min_excludes_pin(
+    config: Config, pool: LoadTable, pinned: str, context_tokens: int | None = None
+) -> bool:
     if config.full_determinism:
         return True
     m, gate = config.affinity_break_margin, config.dual_threshold
@@ -176,7 +190,9 @@ def _keep_min_excludes_pin(config: Config, pool: LoadTable, pinned: str) -> bool
                 and high * rel.denominator > low * rel.numerator)
 
 
-def _keep_min_over_busy(config: Config, pool: LoadTable, pinned: str) -> bool:
+def _keep_min_over_busy(
+    config: Config, pool: LoadTable, pinned: str, context_tokens: int | None = None
+) -> bool:
     # "ignore idle (warming-up) servers" when computing the band's floor
     m = _margin_case(config)
     if m is None:
@@ -185,7 +201,9 @@ def _keep_min_over_busy(config: Config, pool: LoadTable, pinned: str) -> bool:
     return pool.load(pinned) <= (min(busy) if busy else 0) + m
 
 
-def _keep_gate_inverted(config: Config, pool: LoadTable, pinned: str) -> bool:
+def _keep_gate_inverted(
+    config: Config, pool: LoadTable, pinned: str, context_tokens: int | None = None
+) -> bool:
     # `abs > 0` where the PR says `abs <= 0` disables the gate: the gate never fires.
     gate = config.dual_threshold
     if gate is not None and not config.full_determinism and gate.balance_abs_threshold > 0:

@@ -57,7 +57,9 @@ def _summary_not_refreshed() -> Iterator[None]:
         yield
 
 
-def _keep_gate_relative_inverted(config: Config, pool: LoadTable, pinned: str) -> bool:
+def _keep_gate_relative_inverted(
+    config: Config, pool: LoadTable, pinned: str, context_tokens: int | None = None
+) -> bool:
     gate = config.dual_threshold
     if gate is None or config.full_determinism or config.affinity_break_margin is not None:
         return _ORIGINAL_KEEP(config, pool, pinned)

@@ -126,9 +126,11 @@ class Run:
         evicted: str | None = _ANY,
         tie_draw: int = 0,
         request_hash: int | None = None,
+        context_tokens: int | None = None,
     ) -> Run:
         """An acquire that must succeed, with the given expectations."""
-        event = Acquire(request_id=request_id, tie_draw=tie_draw, request_hash=request_hash)
+        event = Acquire(request_id=request_id, tie_draw=tie_draw, request_hash=request_hash,
+                        context_tokens=context_tokens)
         outcome = self.step(event)
         assert isinstance(outcome, Acquired), f"{event!r} was not acquired: {outcome!r}"
         if expect is not None:
