@@ -20,10 +20,19 @@ The adapter holds three things and decides nothing:
   Python's ``hash(request_id)`` for ``full_determinism`` with ``hash_mode="caller"``
   (verl's own hash; ``hash_mode="stable"`` lets the core use CRC-32 instead).
 
+**Context band (SPEC §7.5).** With ``affinity_break_tokens`` set (and
+``full_determinism`` off, where the band is ignored anyway, R-BAND-5),
+:meth:`require_acquire_fields` declares ``["prompt_ids"]``, so verl 0.9.1's client sends
+the prompt's token ids with each acquire and the event carries ``context_tokens =
+len(prompt_ids)``. Only the length is read, never the ids. Without T it declares
+nothing, as before, so the default path serialises no prompt (the cost per Ray call is
+in benchmarks/README.md, "prompt_ids on the acquire").
+
 Outcome mapping keeps verl's error contract: ``Rejected(no_servers)`` becomes
 ``RuntimeError("No available servers in load balancer")`` (callers match on the text),
 ``Rejected(invalid_for_config)`` a ``ValueError``. Malformed arguments (an empty request
-id, a non-mapping ``servers``) raise ``ValueError`` / ``TypeError`` naming the value.
+id, a non-mapping ``servers``, ``prompt_ids`` that is not a sequence) raise
+``ValueError`` / ``TypeError`` naming the value, before any state changes.
 
 With ``decision_log`` set, every applied event is appended to an NDJSON decision log
 (:class:`affinity_runtime.decision_log.DecisionLogWriter`) that ``affinity replay``
@@ -85,6 +94,30 @@ def _handles(servers: object, where: str) -> dict[str, Any]:
     )
 
 
+def _prompt_length(request_id: object, prompt_ids: object) -> int | None:
+    """``len(prompt_ids)``: the acquire's ``context_tokens`` (None when not sent).
+
+    Any sized, indexable sequence of token ids counts (a list, a tuple, a 1-D numpy array
+    or tensor); text, bytes and mappings are refused because their length is not a token
+    count. The ids themselves are never read: iterating 100K of them would cost more
+    than the routing decision.
+    """
+    if prompt_ids is None:
+        return None
+    sized = hasattr(prompt_ids, "__len__") and hasattr(prompt_ids, "__getitem__")
+    if sized and not isinstance(prompt_ids, (str, bytes, bytearray, memoryview, Mapping)):
+        try:
+            return len(prompt_ids)  # type: ignore[arg-type]
+        except TypeError:  # a 0-d array has __len__ but no length
+            pass
+    shown = repr(prompt_ids)
+    shown = shown if len(shown) <= 80 else shown[:77] + "..."
+    raise TypeError(
+        f"acquire_server(request_id={request_id!r}): prompt_ids must be a sequence of "
+        f"token ids (e.g. a list of int) or None, got {shown} ({type(prompt_ids).__name__})"
+    )
+
+
 class AffinityLoadBalancer:
     """Sticky, load-aware request balancer for verl rollout (see the module docstring).
 
@@ -120,6 +153,7 @@ class AffinityLoadBalancer:
         self._needs_draw = (not routing.full_determinism
                             and routing.tie_break is not TieBreak.FIRST)
         self._needs_hash = routing.full_determinism and routing.hash_mode is HashMode.CALLER
+        self._band = routing.context_band  # acquires carry len(prompt_ids)
         self._releases: dict[str, Release] = {}
         self._log: DecisionLogWriter | None = None
         if parsed.decision_log is not None:
@@ -178,19 +212,29 @@ class AffinityLoadBalancer:
     def acquire_server(self, request_id: str, **extra: Any) -> tuple[str, Any]:
         """Pick a server for ``request_id``; returns ``(server_id, handle)``.
 
-        ``extra`` holds the fields of :meth:`require_acquire_fields` (none); verl's client
-        sends only declared fields, so anything here is ignored. Raises ``RuntimeError``
-        ("No available servers in load balancer") when the pool is empty.
+        ``extra`` holds the fields of :meth:`require_acquire_fields`: ``prompt_ids`` with
+        the context band (its length is the acquire's ``context_tokens``), else none and
+        anything sent is ignored. Raises ``RuntimeError`` ("No available servers in load
+        balancer") when the pool is empty, ``TypeError`` for ``prompt_ids`` that is not a
+        sequence (nothing changes).
         """
+        if self._band:
+            context = _prompt_length(request_id, extra.get("prompt_ids"))
+            if context is not None:
+                return self._acquire_event(request_id, context)
         if not (self._needs_draw or self._needs_hash):
             outcome = self._apply(Acquire(request_id=request_id))
             if type(outcome) is Acquired:
                 return outcome.server_id, self._handles.get(outcome.server_id)
             return self._acquire_failed(request_id, outcome)
+        return self._acquire_event(request_id, None)
+
+    def _acquire_event(self, request_id: str, context: int | None) -> tuple[str, Any]:
         event = Acquire(
             request_id=request_id,
             tie_draw=self._tie_draw(request_id),
             request_hash=self._request_hash(request_id),
+            context_tokens=context,
         )
         outcome = self._apply(event)
         if isinstance(outcome, Acquired):
@@ -222,8 +266,10 @@ class AffinityLoadBalancer:
         self._apply(Release(server_id=server_id, request_id=request_id))
 
     def require_acquire_fields(self) -> list[str]:
-        """Routing keys on ``request_id`` alone."""
-        return []
+        """``["prompt_ids"]`` with the context band (its length widens the keep band,
+        R-BAND-1), else ``[]``: routing keys on ``request_id`` alone and verl's client
+        serialises no prompt into the acquire."""
+        return ["prompt_ids"] if self._band else []
 
     def require_release_fields(self) -> list[str]:
         """``["request_id"]`` with lease accounting (verl's client then passes it)."""
@@ -271,10 +317,14 @@ class AffinityLoadBalancer:
         }
 
     def get_status(self) -> dict[str, Any]:
-        """verl's keys plus ``affinity_break_margin``, the counters, policy and tie-break;
+        """verl's keys plus ``affinity_break_margin`` (and the band's two options when
+        set), the counters, policy and tie-break;
         with a decision log also whether it is being written (``decision_log_ok``), its
         failures so far (``decision_log_errors``) and the current one, if any."""
         out = status(self._config, self._state)
+        if self._config.affinity_break_tokens is not None:
+            out.setdefault("affinity_break_tokens", self._config.affinity_break_tokens)
+            out.setdefault("affinity_break_band_cap", self._config.affinity_break_band_cap)
         log = self._log
         out["decision_log"] = None if log is None else str(log.path)
         if log is not None:

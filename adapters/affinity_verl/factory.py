@@ -20,7 +20,8 @@ loop and rollout workers) and an unknown field fails there. 0.9.1's dataclass ha
 extension point for exactly this, ``custom: Optional[dict]``, so the factory also reads
 ``actor_rollout_ref.rollout.custom.affinity_break_margin`` (override
 ``+actor_rollout_ref.rollout.custom.affinity_break_margin=2``). If both are set they must
-agree.
+agree. The context band's ``affinity_break_tokens`` and ``affinity_break_band_cap``
+(SPEC §7.5) are read the same way, from either place.
 
 The returned class is created inside a function, so Ray's cloudpickle ships it by value;
 its base :class:`AffinityLoadBalancer` is shipped by reference (``affinity_verl`` must be
@@ -58,7 +59,9 @@ ROUTER_CLASS_NAMES = (
     "affinity_verl.AffinityLoadBalancerActor",
 )
 ROLLOUT_PATH = ("actor_rollout_ref", "rollout")
-VERL_CONFIG_KEYS = ("affinity_break_margin", "full_determinism")
+BAND_KEYS = ("affinity_break_tokens", "affinity_break_band_cap")  # SPEC §7.5
+EXTENSION_KEYS = ("affinity_break_margin", *BAND_KEYS)  # also read from rollout.custom
+VERL_CONFIG_KEYS = (*EXTENSION_KEYS, "full_determinism")
 EXTENSION_SECTION = "custom"  # verl 0.9.1 RolloutConfig.custom: Optional[dict]
 
 _MISSING = object()
@@ -87,9 +90,10 @@ def options_from_verl_config(config: Any) -> dict[str, Any]:
     """The balancer options a verl trainer config sets.
 
     ``config`` is the root config (OmegaConf ``DictConfig`` or a plain dict) or its
-    ``actor_rollout_ref.rollout`` section. Reads ``affinity_break_margin`` (or
-    ``custom.affinity_break_margin``) and ``full_determinism``; missing keys are left out
-    (defaults apply).
+    ``actor_rollout_ref.rollout`` section. Reads ``affinity_break_margin``,
+    ``affinity_break_tokens`` and ``affinity_break_band_cap`` (each also as
+    ``custom.<key>``) and ``full_determinism``; missing keys are left out (defaults
+    apply).
     """
     if config is None:
         return {}
@@ -101,15 +105,16 @@ def options_from_verl_config(config: Any) -> dict[str, Any]:
             found[key] = value
     custom = _child(rollout, EXTENSION_SECTION)
     if custom is not _MISSING and custom is not None:
-        margin = _child(custom, "affinity_break_margin")
-        if margin is not _MISSING:
-            if "affinity_break_margin" in found and found["affinity_break_margin"] != margin:
+        for key in EXTENSION_KEYS:
+            value = _child(custom, key)
+            if value is _MISSING:
+                continue
+            if key in found and found[key] != value:
                 raise OptionError(
-                    "actor_rollout_ref.rollout: affinity_break_margin="
-                    f"{found['affinity_break_margin']!r} and custom.affinity_break_margin="
-                    f"{margin!r} disagree; set one of them"
+                    f"actor_rollout_ref.rollout: {key}={found[key]!r} and custom.{key}="
+                    f"{value!r} disagree; set one of them"
                 )
-            found["affinity_break_margin"] = margin
+            found[key] = value
     return found
 
 
@@ -118,7 +123,8 @@ def balancer_class_from_config(
 ) -> type[AffinityLoadBalancer]:
     """A balancer class for ``load_balancer_cls=`` with the config's options bound.
 
-    Reads the margin and ``full_determinism`` (see :func:`options_from_verl_config`) from
+    Reads the margin, the band options and ``full_determinism`` (see
+    :func:`options_from_verl_config`) from
     ``config``; ``overrides`` may set any other option (``tie_break``,
     ``lease_accounting``, ``decision_log``, ...) and win over the config. Raises
     :class:`OptionError` here, at config load, for a bad value.

@@ -8,7 +8,10 @@ The balancer is configured from three places, and all three go through
 * verl's constructor keywords (``servers``, ``max_cache_size``, ``full_determinism``);
 * the router YAML of verl's plug-in path, passed whole as the second positional argument
   (it still holds ``router_class``, which is accepted and ignored);
-* our own keywords (``affinity_break_margin``, ``tie_break``, ...).
+* our own keywords (``affinity_break_margin``, ``tie_break``, ...), including the context
+  band's ``affinity_break_tokens`` and ``affinity_break_band_cap`` (SPEC §7.5; the core's
+  :class:`~affinity_core.Config` checks that both come together, with a margin, and
+  ``cap >= margin``).
 
 Validation happens here, at construction or config load, never on the first request
 (issue 5, item 3; R-CFG-1): an unknown key names itself and the accepted keys, and a bad
@@ -51,7 +54,9 @@ DEFAULT_DECISION_LOG_BACKUPS = 3
 MIN_DECISION_LOG_BYTES = 4096  # the writer's own floor: one header plus a few records
 
 ROUTING_KEYS = (
+    "affinity_break_band_cap",
     "affinity_break_margin",
+    "affinity_break_tokens",
     "balance_abs_threshold",
     "balance_rel_threshold",
     "full_determinism",
@@ -183,6 +188,8 @@ def parse_options(
             tie_break=merged.get("tie_break", DEFAULT_TIE_BREAK),
             hash_mode=merged.get("hash_mode", "caller"),
             lease_accounting=merged.get("lease_accounting", False),
+            affinity_break_tokens=merged.get("affinity_break_tokens"),
+            affinity_break_band_cap=merged.get("affinity_break_band_cap"),
         )
         log_path = _log_path(merged.get("decision_log"))
         return BalancerOptions(
