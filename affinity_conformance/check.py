@@ -246,6 +246,8 @@ def _family_features(family: Family) -> set[str]:
         needed.add("unkeyed")
     if family.observe_percent:
         needed.add("observe_loads")
+    if family.contexts:  # acquires carry context_tokens even where the band is off
+        needed.add("context_band")
     return needed
 
 

@@ -30,6 +30,7 @@ from affinity_core import (
     Acquire,
     AddServers,
     ClearStickyCache,
+    Config,
     Event,
     Release,
     RemoveServers,
@@ -127,7 +128,7 @@ def _random_cases() -> list[dict[str, Any]]:
             run = Scenario(family.suite, f"rand_{family.name}_{seed}",
                            f"Seeded random trace (SplitMix64 seed {seed}) of family "
                            f"{family.name}; exercises {', '.join(sorted(features))}.",
-                           requirements=_family_requirements(family.suite),
+                           requirements=_family_requirements(family.suite, config),
                            servers=family.servers, source="random", config=config)
             for index, event in enumerate(events):
                 run.apply(event)
@@ -137,8 +138,12 @@ def _random_cases() -> list[dict[str, Any]]:
     return out
 
 
-def _family_requirements(suite: str) -> list[str]:
+def _family_requirements(suite: str, config: Config) -> list[str]:
     common = ["R-OUT-1", "R-ST-2", "R-CONS-1", "R-ACQ-7", "R-CONF-1"]
+    if suite == "band":  # with T set the band decides; without, context_tokens is ignored
+        banded = config.affinity_break_tokens is not None
+        return common + (["R-BAND-1", "R-BAND-2", "R-KEEP-2", "R-BREAK-1"] if banded
+                         else ["R-BAND-3", "R-KEEP-1", "R-BREAK-1"])
     extra = {
         "legacy": ["R-LEG-1", "R-REL-2"], "eviction": ["R-LRU-2", "R-LRU-3", "R-LRU-5"],
         "failover": ["R-POOL-1", "R-POOL-2", "R-POOL-3", "R-HAZ-1"],

@@ -112,9 +112,10 @@ class Scenario:
 
     def acquire(self, request_id: str | None, *, draw: int = 0, request_hash: int | None = None,
                 expect: str | None = None, path: str | None = None,
-                evicted: str | None = None) -> Scenario:
+                evicted: str | None = None, context: int | None = None) -> Scenario:
+        """One acquire; ``context`` is its ``context_tokens`` (the band's c, R-BAND-1)."""
         outcome = self.apply(Acquire(request_id=request_id, tie_draw=draw,
-                                     request_hash=request_hash))
+                                     request_hash=request_hash, context_tokens=context))
         self.hand_checks += sum(x is not None for x in (expect, path, evicted))
         if not isinstance(outcome, Acquired):
             if expect is not None or path is not None:
@@ -137,8 +138,9 @@ class Scenario:
         return self
 
     def reject(self, request_id: str | None, *, reason: str,
-               request_hash: int | None = None) -> Scenario:
-        outcome = self.apply(Acquire(request_id=request_id, request_hash=request_hash))
+               request_hash: int | None = None, context: int | None = None) -> Scenario:
+        outcome = self.apply(Acquire(request_id=request_id, request_hash=request_hash,
+                                     context_tokens=context))
         self.hand_checks += 1
         if not isinstance(outcome, Rejected) or outcome.reason.value != reason:
             raise self._fail(f"acquire({request_id!r}) gave {outcome!r}, "
@@ -319,6 +321,11 @@ def features_of(config: Config, events: Sequence[Event], steps: Sequence[dict[st
         needed.add("margin")
     if config.dual_threshold is not None:
         needed.add("dual_threshold")
+    # The band's options, or any acquire carrying context_tokens (even where R-BAND-3 says
+    # it is ignored): a consumer that does not know the field must not be judged on it.
+    if config.affinity_break_tokens is not None or any(
+            isinstance(e, Acquire) and e.context_tokens is not None for e in events):
+        needed.add("context_band")
     if config.full_determinism:
         needed.add("full_determinism")
         if config.hash_mode is HashMode.STABLE:

@@ -90,6 +90,9 @@ class Family:
     unkeyed_percent: int = 0
     observe_percent: int = 0
     release_id_percent: int = 30
+    # context_tokens values an acquire draws from (the band's c); empty: never set, and no
+    # random number is drawn for it, so the older families' streams are unchanged.
+    contexts: tuple[int | None, ...] = ()
 
     def config(self) -> Config:
         return Config(**self.options)
@@ -116,6 +119,16 @@ FAMILIES: tuple[Family, ...] = (
     Family("leases", "leases", {"lease_accounting": True}, pool_change_percent=20,
            release_id_percent=80, unkeyed_percent=10),
     Family("observations", "observations", {"affinity_break_margin": 1}, observe_percent=10),
+    # The context band (SPEC section 7.5); appended last so the seeds above stay the same.
+    # Contexts straddle multiples of T (T-1, T, 2T, ...), absent (None) and huge values.
+    Family("band_m1_t4_cap3", "band", {"affinity_break_margin": 1, "affinity_break_tokens": 4,
+                                       "affinity_break_band_cap": 3},
+           rids=("a", "b", "c"), contexts=(None, 0, 3, 4, 7, 8, 12, 1000)),
+    Family("band_m0_t2_cap2_c2", "band", {"affinity_break_margin": 0, "affinity_break_tokens": 2,
+                                          "affinity_break_band_cap": 2, "max_cache_size": 2},
+           contexts=(None, 0, 1, 2, 3, 4, 9)),
+    Family("band_ignored_margin1", "band", {"affinity_break_margin": 1},
+           rids=("a", "b", "c"), contexts=(None, 0, 5, 50, 5000)),
 )
 
 
@@ -155,7 +168,9 @@ def _draw_event(family: Family, config: Config, state: State, universe: Sequence
     request_hash = None
     if config.full_determinism and config.hash_mode.value == "caller":
         request_hash = rng.below(13) - 3
-    return Acquire(request_id=rid, tie_draw=draw, request_hash=request_hash)
+    context = rng.choice(family.contexts) if family.contexts else None
+    return Acquire(request_id=rid, tie_draw=draw, request_hash=request_hash,
+                   context_tokens=context)
 
 
 def _draw_release(family: Family, state: State, active: Sequence[str],
@@ -180,6 +195,8 @@ def trace_features(config: Config, servers: Sequence[str], events: Sequence[Even
         outcome = t.outcome
         if isinstance(outcome, Acquired):
             seen.add(f"path:{outcome.path.value}")
+            if isinstance(event, Acquire):
+                seen |= _band_features(config, pre, event, outcome)
             if outcome.evicted is not None:
                 seen.add("eviction")
             if isinstance(event, Acquire) and len(allowed(config, pre, event)) > 1:
@@ -198,6 +215,22 @@ def trace_features(config: Config, servers: Sequence[str], events: Sequence[Even
         if isinstance(event, ClearStickyCache) and len(pre.lru):
             seen.add("clear")
         state = t.state
+    return seen
+
+
+def _band_features(config: Config, pre: State, event: Acquire, outcome: Acquired) -> set[str]:
+    """The context band's cases (only with T set): a hit kept only because the context
+    widened the margin, and a band clamped by the cap (R-BAND-1, R-BAND-2)."""
+    margin, tokens, cap = (config.affinity_break_margin, config.affinity_break_tokens,
+                           config.affinity_break_band_cap)
+    if not config.context_band or margin is None or tokens is None or cap is None:
+        return set()
+    seen = set()
+    if margin + (event.context_tokens or 0) // tokens > cap:
+        seen.add("band:capped")
+    pinned = pre.pool.load(outcome.server_id) if outcome.server_id in pre.pool else 0
+    if outcome.path.value == "kept" and pinned > pre.pool.min_load + margin:
+        seen.add("band:widened")
     return seen
 
 

@@ -80,7 +80,7 @@ GENERATOR = "affinity_conformance.generate 1"
 
 # Suite order is report order: the verl-compatible suites first.
 SUITES: tuple[str, ...] = (
-    "legacy", "eviction", "failover", "determinism", "margin", "counters",
+    "legacy", "eviction", "failover", "determinism", "margin", "band", "counters",
     "dual_threshold", "ties", "unkeyed", "leases", "observations", "validation",
     "counterexamples",
     "regressions",
@@ -90,6 +90,8 @@ SOURCES = ("scenario", "enumeration", "random", "counterexample", "regression")
 # What a case needs from an implementation besides verl 0.9.1's plain API.
 FEATURES: tuple[str, ...] = (
     "margin",            # constructor takes affinity_break_margin
+    "context_band",      # takes affinity_break_tokens / affinity_break_band_cap and the
+                         # acquire's context_tokens (declared as an acquire field)
     "dual_threshold",    # constructor takes the PR #6533 gate
     "full_determinism",  # constructor takes full_determinism
     "hash_stable",       # constructor takes hash_mode="stable"

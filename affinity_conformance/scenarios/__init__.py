@@ -15,6 +15,7 @@ from typing import Any
 from affinity_conformance.scenario import Scenario
 
 from . import (
+    band,
     counters,
     determinism,
     dual_threshold,
@@ -28,7 +29,7 @@ from . import (
 
 __all__ = ["all_scenarios"]
 
-MODULES = (legacy, eviction, failover, determinism, margin, counters, dual_threshold,
+MODULES = (legacy, eviction, failover, determinism, margin, band, counters, dual_threshold,
            extensions, validation)
 
 

@@ -29,9 +29,17 @@ CONFIG_FEATURES = {
     "affinity_break_margin": "margin", "dual_threshold": "dual_threshold",
     "full_determinism": "full_determinism", "hash_mode": "hash_stable",
     "tie_break": "tie_hashed", "lease_accounting": "lease_accounting",
+    "affinity_break_tokens": "context_band", "affinity_break_band_cap": "context_band",
 }
 
 _GATE = "dual_threshold"
+
+
+def _band(margin: Any, tokens: Any, cap: Any) -> dict[str, Any]:
+    return {"affinity_break_margin": margin, "affinity_break_tokens": tokens,
+            "affinity_break_band_cap": cap}
+
+
 # (case, requirement ids, raw config overrides, error key)
 CONFIG_REJECTIONS: tuple[tuple[str, str, dict[str, Any], str], ...] = (
     ("margin_negative", "R-CFG-3", {"affinity_break_margin": -1}, "affinity_break_margin"),
@@ -75,6 +83,24 @@ CONFIG_REJECTIONS: tuple[tuple[str, str, dict[str, Any], str], ...] = (
     ("margin_and_gate_together", "R-POL-1",
      {"affinity_break_margin": 1, _GATE: {"balance_abs_threshold": 2}}, "dual_threshold"),
     ("unknown_option", "R-CODEC-1 R-CFG-1", {"affinity_margin": 1}, "affinity_margin"),
+    # R-CFG-6, the context band: each option's range, then each refused combination.
+    ("band_tokens_zero", "R-CFG-6", _band(1, 0, 2), "affinity_break_tokens"),
+    ("band_tokens_negative", "R-CFG-6", _band(1, -5, 2), "affinity_break_tokens"),
+    ("band_tokens_fraction", "R-CFG-6", _band(1, 2.5, 2), "affinity_break_tokens"),
+    ("band_tokens_true", "R-CFG-6 R-CFG-1", _band(1, True, 2), "affinity_break_tokens"),
+    ("band_tokens_string", "R-CFG-6", _band(1, "100", 2), "affinity_break_tokens"),
+    ("band_cap_zero", "R-CFG-6", _band(0, 10, 0), "affinity_break_band_cap"),
+    ("band_cap_false", "R-CFG-6 R-CFG-1", _band(0, 10, False), "affinity_break_band_cap"),
+    ("band_cap_below_margin", "R-CFG-6", _band(3, 10, 2), "affinity_break_band_cap"),
+    ("band_tokens_without_cap", "R-CFG-6",
+     {"affinity_break_margin": 1, "affinity_break_tokens": 10}, "affinity_break_band_cap"),
+    ("band_cap_without_tokens", "R-CFG-6",
+     {"affinity_break_margin": 1, "affinity_break_band_cap": 3}, "affinity_break_tokens"),
+    ("band_without_margin", "R-CFG-6",
+     {"affinity_break_tokens": 10, "affinity_break_band_cap": 3}, "affinity_break_margin"),
+    ("band_with_gate_instead_of_margin", "R-CFG-6 R-POL-1",
+     {_GATE: {"balance_abs_threshold": 2}, "affinity_break_tokens": 10,
+      "affinity_break_band_cap": 3}, "affinity_break_margin"),
 )
 
 # (case, requirement ids, raw servers, error key, extra features)
@@ -128,6 +154,9 @@ def _accepted_surprises() -> Iterator[Scenario]:
          {_GATE: {"balance_abs_threshold": 1, "balance_rel_threshold": "1.5"}},
          {"dual_threshold": DualThreshold(1, "3/2")}),
         ("defaults_only", "R-CFG-1 R-CFG-2", {}, {}),
+        ("band_integral_floats", "R-CFG-6", _band(1, 100.0, 3.0),
+         {"affinity_break_margin": 1, "affinity_break_tokens": 100,
+          "affinity_break_band_cap": 3}),
     )
     for case, reqs, raw, options in forms:
         run = Scenario(SUITE, f"accepted_{case}", f"The configuration {raw} is valid and "
