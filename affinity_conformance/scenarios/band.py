@@ -132,8 +132,8 @@ def _monotone() -> Iterator[Scenario]:
                 "absent, 0 or 999 -- the band is never narrower than the margin.",
                 "R-BAND-4 R-KEEP-1", **_band(2, 1000, 5))
     select.acquire("a", expect="s0").fill(s0=2, s1=0, s2=0)
-    for context in (None, 0, 999):
-        select.acquire("a", context=context, expect="s0", path="kept").release("s0")
+    for given in (None, 0, 999):
+        select.acquire("a", context=given, expect="s0", path="kept").release("s0")
     yield select.check()
 
 
