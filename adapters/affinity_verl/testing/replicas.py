@@ -43,6 +43,7 @@ class Served:
     session: str | None
     turn: int | None
     server_request_id: str
+    prompt_len: int = 0  # len(prompt_ids) as the server received them
 
 
 class FakeReplicaImpl:
@@ -65,7 +66,7 @@ class FakeReplicaImpl:
     ) -> FakeTokenOutput:
         self._served.append(
             Served(self._name, sampling_params.get("session"), sampling_params.get("turn"),
-                   request_id)
+                   request_id, len(prompt_ids))
         )
         if sampling_params.get("hold"):
             gate = self._gate

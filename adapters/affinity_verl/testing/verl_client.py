@@ -144,11 +144,17 @@ class VerlClientWorkerImpl:
         module = sys.modules[self._client_class.__module__]
         return str(module.__file__), self._client_class.__qualname__
 
-    async def turn(self, request_id: str, session: str, turn: int, hold: bool = False) -> str:
-        """One ``LLMServerClient.generate`` call; returns the replica that served it."""
+    async def turn(self, request_id: str, session: str, turn: int, hold: bool = False,
+                   prompt_len: int | None = None) -> str:
+        """One ``LLMServerClient.generate`` call; returns the replica that served it.
+
+        The prompt is ``[1, 2, 3, turn]``, or ``prompt_len`` token ids when given (what a
+        balancer that declares ``prompt_ids`` receives through verl's client).
+        """
+        prompt_ids = [1, 2, 3, turn] if prompt_len is None else [turn % 7] * prompt_len
         output = await self._client.generate(
             request_id,
-            prompt_ids=[1, 2, 3, turn],
+            prompt_ids=prompt_ids,
             sampling_params={"session": session, "turn": turn, "hold": hold},
         )
         replica: str = output.extra_fields["replica"]
@@ -159,10 +165,12 @@ class VerlClientWorkerImpl:
         return [await self.turn(request_id, request_id, t) for t in range(first_turn,
                                                                           first_turn + turns)]
 
-    async def start_held(self, requests: list[tuple[str, str, int]]) -> None:
+    async def start_held(self, requests: list[tuple[str, str, int]],
+                         prompt_len: int | None = None) -> None:
         """Start ``(request_id, session, turn)`` generate calls that the replicas hold."""
         for request_id, session, turn in requests:
-            self._held.append(asyncio.ensure_future(self.turn(request_id, session, turn, True)))
+            self._held.append(asyncio.ensure_future(
+                self.turn(request_id, session, turn, True, prompt_len)))
         await asyncio.sleep(0)
 
     async def finish_held(self) -> list[str]:
