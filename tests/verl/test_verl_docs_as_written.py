@@ -2,8 +2,8 @@
 
 The other tests exec the examples inside the test process, after their own setup; this
 one runs them the way a reader does -- a new ``python`` in an empty folder holding only
-the documented ``router.yaml`` and ``band-router.yaml`` -- so a setup step the docs do not show (such as loading
-verl's router module without torch) makes it fail.
+the documented ``router.yaml`` and ``band-router.yaml`` -- so a setup step the docs do
+not show (such as loading verl's router module without torch) makes it fail.
 """
 
 from __future__ import annotations
