@@ -7,9 +7,12 @@ decides a route itself. :class:`Balancer` holds one core ``State`` and turns the
 simulator's calls into core events, exactly as an adapter does:
 
 * a turn's acquire is ``step(config, state, Acquire(request_id=<trajectory id>,
-  tie_draw=<draw>))``. The trajectory id is reused across turns (verl's ToolAgentLoop),
-  which is where sticky hits come from. ``tie_draw`` comes from the simulation's seeded
-  RNG, standing in for verl 0.9.1's ``random.choice`` among tied minima;
+  tie_draw=<draw>, context_tokens=<prompt length>))``. The trajectory id is reused across
+  turns (verl's ToolAgentLoop), which is where sticky hits come from. ``tie_draw`` comes
+  from the simulation's seeded RNG, standing in for verl 0.9.1's ``random.choice`` among
+  tied minima. ``context_tokens`` is the turn's whole prompt (the conversation so far),
+  what an adapter reads from ``prompt_ids``; it is sent under every policy because the
+  core ignores it unless the context band is configured (SPEC R-BAND-3);
 * least-loaded without stickiness sends ``Acquire(request_id=None)`` (unkeyed);
 * a release is ``Release(server_id=...)``, delivered when the simulator says (verl sends
   it fire-and-forget, so it can reach the balancer after the session's next acquire).
@@ -20,7 +23,10 @@ Built-in policy names (:func:`parse_policy`):
 * ``margin-N``: PR #7435, ``affinity_break_margin=N``;
 * ``dual-ABS`` or ``dual-ABS-REL``: PR #6533's gate, ``DualThreshold(ABS, REL)``, REL
   defaulting to 3/2;
-* ``least-loaded``: unkeyed requests, no stickiness.
+* ``least-loaded``: unkeyed requests, no stickiness;
+* ``band-mM-TT-capC``: the context band (SPEC section 7.5), ``affinity_break_margin=M``,
+  ``affinity_break_tokens=T``, ``affinity_break_band_cap=C``: a pin is kept while its load
+  is at most ``min + min(M + c // T, C)`` for a turn of ``c`` prompt tokens.
 
 Users add a policy with a table naming any core ``Config`` fields, e.g.
 ``{name = "m3", affinity_break_margin = 3}``; the core validates it.
@@ -65,9 +71,11 @@ DEFAULT_POLICIES = (
     "legacy", "margin-0", "margin-1", "margin-2", "margin-4", "margin-8",
     "dual-4", "dual-8", "dual-64", "least-loaded",
 )
-_NAME_FORMS = "legacy, null, margin-N, dual-ABS, dual-ABS-REL, least-loaded, or a table"
+_NAME_FORMS = ("legacy, null, margin-N, dual-ABS, dual-ABS-REL, band-mM-TT-capC, "
+               "least-loaded, or a table")
 _TABLE_KEYS = {"name", "affinity_break_margin", "balance_abs_threshold",
-               "balance_rel_threshold", "tie_break", "sticky", "max_cache_size"}
+               "balance_rel_threshold", "tie_break", "sticky", "max_cache_size",
+               "affinity_break_tokens", "affinity_break_band_cap"}
 
 
 class PolicyError(ValueError):
@@ -85,6 +93,8 @@ class PolicySpec:
     tie_break: str | None = None  # None: the workload's tie_break
     sticky: bool = True
     max_cache_size: int = 10000
+    affinity_break_tokens: int | None = None  # the context band's T (SPEC section 7.5)
+    affinity_break_band_cap: int | None = None  # the context band's cap
 
     def config(self, default_tie_break: str = "draw") -> Config:
         gate = None
@@ -95,6 +105,8 @@ class PolicySpec:
             dual_threshold=gate,
             max_cache_size=self.max_cache_size,
             tie_break=self.tie_break or default_tie_break,
+            affinity_break_tokens=self.affinity_break_tokens,
+            affinity_break_band_cap=self.affinity_break_band_cap,
         )
 
     def describe(self) -> dict[str, Any]:
@@ -106,6 +118,8 @@ class PolicySpec:
             if self.balance_abs_threshold is not None else None,
             "tie_break": self.tie_break,
             "sticky": self.sticky,
+            "affinity_break_tokens": self.affinity_break_tokens,
+            "affinity_break_band_cap": self.affinity_break_band_cap,
         }
 
 
@@ -122,6 +136,11 @@ def _from_name(name: str) -> PolicySpec:
         rel = Fraction(match.group(2)) if match.group(2) else Fraction(3, 2)
         return PolicySpec(name=name, balance_abs_threshold=int(match.group(1)),
                           balance_rel_threshold=rel)
+    match = re.fullmatch(r"band-m(\d+)-T(\d+)-cap(\d+)", name)
+    if match:
+        margin, tokens, cap = (int(g) for g in match.groups())
+        return PolicySpec(name=name, affinity_break_margin=margin,
+                          affinity_break_tokens=tokens, affinity_break_band_cap=cap)
     raise PolicyError(f"unknown policy {name!r}; accepted: {_NAME_FORMS}")
 
 
@@ -186,9 +205,10 @@ class Balancer:
         self.served: dict[str, int] = dict.fromkeys(servers, 0)  # acquires per server
         self.ignored_releases = 0
 
-    def acquire(self, request_id: str) -> str:
+    def acquire(self, request_id: str, context_tokens: int | None = None) -> str:
+        """Route one turn; ``context_tokens`` is its prompt length (read by the band only)."""
         event = Acquire(request_id=request_id if self.sticky else None,
-                        tie_draw=self.rng.getrandbits(31))
+                        tie_draw=self.rng.getrandbits(31), context_tokens=context_tokens)
         transition = step(self.config, self.state, event)
         outcome = transition.outcome
         if not isinstance(outcome, Acquired):

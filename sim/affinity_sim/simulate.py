@@ -9,8 +9,9 @@ every turn through a :class:`~affinity_sim.routing.Balancer` (the real core).
 Each trajectory is a simpy process, launched at t = 0 in plan order (verl's agent loop
 starts the whole batch at once). For every turn it:
 
-1. waits ``acquire_latency_s`` (the awaited ``acquire_server`` RPC), then acquires: the
-   balancer's state changes at that instant;
+1. waits ``acquire_latency_s`` (the awaited ``acquire_server`` RPC), then acquires with
+   ``context_tokens`` = the turn's prompt length: the balancer's state changes at that
+   instant;
 2. submits the turn to the chosen replica and waits for its last token;
 3. schedules the release ``release_delay_s`` later *without waiting for it* -- verl's
    ``release_server.remote`` is fire-and-forget -- so when the tool is faster than the
@@ -115,7 +116,8 @@ class _Step:
                 yield slot
             if pending[0]:
                 self.self_count += 1
-            server = self.balancer.acquire(plan.request_id)
+            # The turn's prompt is the conversation so far: what prompt_ids carries.
+            server = self.balancer.acquire(plan.request_id, context)
             request = Request(env, plan.index, group_key, shared, context, output)
             self.replicas[server].submit(request)
             self.turns += 1
