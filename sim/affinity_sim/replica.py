@@ -26,14 +26,10 @@ need a preemption, or -- if the replica could admit it -- when a new request arr
 arrival joins at the next iteration boundary. This keeps the event count proportional to
 requests, not tokens.
 
-Decode progress is *lazy*, so an event costs O(log n), not O(n) in the running batch:
-the replica keeps a decode clock (iterations applied to every decoder) and each decoder
-remembers the clock at which its ``tokens``/``remaining`` were last written (``mark``).
-``tokens - mark`` and the block offset ``(tokens - 1 - mark) mod B`` stay fixed while it
-decodes, so the batch is summarized by a count per offset class (block growth, the
-preemption need, the longest fitting run), the sum of ``tokens - mark`` (context read),
-and a heap of finish clocks (completions). A decoder's fields are brought up to date
-(:meth:`Replica._sync`) only when it is preempted or retires.
+Decode progress is *lazy* (:mod:`affinity_sim.decoders`, which :class:`Replica`
+inherits): a decode clock, offset-class counts and a heap of finish clocks summarize the
+running batch, so an event costs O(log n), not O(n); a decoder's fields are written back
+only when it is preempted or retires.
 
 Statistics: prefix-cache queries and hits in tokens, per admission; as in vLLM's
 ``PrefixCacheStats``, the re-lookup of a preempted request is counted apart and is not part
@@ -49,7 +45,6 @@ prefix was evicted recomputes its own cached blocks without allocating them twic
 from __future__ import annotations
 
 import heapq
-import math
 from collections import deque
 from collections.abc import Generator
 from typing import Any
@@ -57,35 +52,10 @@ from typing import Any
 import simpy
 
 from .costmodel import ReplicaModel
+from .decoders import LazyDecoders, Request
 from .kvcache import KvPool
 
 __all__ = ["QueueTracker", "Replica", "Request"]
-
-
-class Request:
-    """One turn of one trajectory, as the replica sees it."""
-
-    __slots__ = ("admitted", "decoding", "done", "epoch", "group_key", "mark", "own_blocks",
-                 "phase", "preempted", "prefill_left", "prefill_pos", "remaining", "shared",
-                 "tokens", "traj")
-
-    def __init__(self, env: simpy.Environment, traj: int, group_key: int, shared: int,
-                 prompt_tokens: int, output_tokens: int) -> None:
-        self.traj = traj
-        self.group_key = group_key
-        self.shared = shared  # full blocks of the prompt shared with sibling samples
-        self.tokens = prompt_tokens  # prompt, then prompt + sampled tokens (as of ``mark``)
-        self.remaining = output_tokens  # as of ``mark``
-        self.prefill_left = 0
-        self.prefill_pos = 0
-        self.own_blocks = 0  # as of ``mark``
-        self.decoding = False
-        self.preempted = False  # vLLM counts a preempted request's re-lookup apart
-        self.mark = 0  # the replica's decode clock when the fields above were written
-        self.phase = 0  # (tokens - 1 - mark) mod block size, fixed while decoding
-        self.epoch = 0  # bumped when it starts or stops decoding (stale heap entries)
-        self.admitted = 0  # admission sequence number: the running order
-        self.done = env.event()
 
 
 class QueueTracker:
@@ -109,7 +79,7 @@ class QueueTracker:
         self.lengths[replica] += delta
 
 
-class Replica:
+class Replica(LazyDecoders):
     """A simpy process serving :class:`Request` objects (see the module docstring)."""
 
     def __init__(self, env: simpy.Environment, index: int, model: ReplicaModel,
@@ -118,19 +88,12 @@ class Replica:
         self.index = index
         self.model = model
         self.tracker = tracker
-        self.block = model.block_size
+        super().__init__(model.block_size)
         self.kv = KvPool(model.capacity_blocks, model.block_size)
         self.waiting: deque[Request] = deque()
         self.running: list[Request] = []  # admission order; preemption takes the last
         self.prefilling: list[Request] = []  # running, prefill unfinished, admission order
         self.wake: simpy.Event | None = None
-        # The decoders, summarized (see "lazy" in the module docstring).
-        self.clock = 0
-        self.decoders = 0
-        self.base_sum = 0  # sum of tokens - mark
-        self.phase_count = [0] * self.block
-        self.finish: list[tuple[int, int, int, Request]] = []  # (clock, seq, epoch, request)
-        self.seq = 0
         self.query_tokens = 0
         self.hit_tokens = 0
         self.preempted_query_tokens = 0
@@ -178,66 +141,6 @@ class Replica:
 
     def _blocks(self, tokens: int) -> int:
         return -(-tokens // self.block)
-
-    # -- the decoders, summarized ------------------------------------------------------
-    def _start_decoding(self, r: Request) -> None:
-        """``r`` (fields current) joins the decoders at the present clock."""
-        clock = self.clock
-        r.decoding = True
-        r.mark = clock
-        r.epoch += 1
-        r.phase = (r.tokens - 1 - clock) % self.block
-        self.phase_count[r.phase] += 1
-        self.decoders += 1
-        self.base_sum += r.tokens - clock
-        self.seq += 1
-        heapq.heappush(self.finish, (clock + r.remaining, self.seq, r.epoch, r))
-
-    def _sync(self, r: Request) -> None:
-        """Write a decoder's lazy progress into its fields."""
-        d = self.clock - r.mark
-        if d:
-            t = r.tokens
-            r.own_blocks += ((t - 1) % self.block + d) // self.block
-            r.tokens = t + d
-            r.remaining -= d
-            r.mark = self.clock
-
-    def _stop_decoding(self, r: Request) -> None:
-        self._sync(r)
-        self.phase_count[r.phase] -= 1
-        self.decoders -= 1
-        self.base_sum -= r.tokens - self.clock
-        r.decoding = False
-        r.epoch += 1
-
-    def _context(self) -> int:
-        """KV tokens the decoders read in the next iteration."""
-        return self.base_sum + self.decoders * self.clock
-
-    def _growth(self, k: int) -> int:
-        """Blocks the decoders must add to sample ``k`` more tokens each.
-
-        ``ceil((t+k)/B) - ceil(t/B) == ((t-1) mod B + k) // B`` for ``t >= 1``; a decoder's
-        offset ``(t-1) mod B`` is ``(phase + clock) mod B``.
-        """
-        bs = self.block
-        clock = self.clock
-        total = 0
-        for phase, count in enumerate(self.phase_count):
-            if count:
-                total += count * (((phase + clock) % bs + k) // bs)
-        return total
-
-    def _count_at_offset(self, offset: int) -> int:
-        return self.phase_count[(offset - self.clock) % self.block]
-
-    def _next_finish(self) -> int:
-        """The decode clock at which the first decoder completes (stale entries dropped)."""
-        heap = self.finish
-        while heap[0][2] != heap[0][3].epoch:
-            heapq.heappop(heap)
-        return heap[0][0]
 
     def _make_room(self) -> None:
         """Preempt the newest running requests until every decoder has its next slot."""
@@ -399,40 +302,5 @@ class Replica:
             self.kv.grow(grown)
 
     def _largest_fitting_run(self, limit: int) -> int:
-        """The longest decode run (<= ``limit``) whose new blocks fit in the pool.
-
-        With offsets ``o_i = (t_i - 1) mod B``, ``k = q*B + r`` iterations need
-        ``n*q + #{i: o_i + r >= B}`` blocks. With ``A`` blocks available, ``q = A // n``
-        and the leftover ``R = A - n*q`` admits every ``r`` below ``B - o_(R+1)``, where
-        ``o_(j)`` is the j-th largest offset. One always fits (see _make_room).
-        """
-        bs = self.block
-        n = self.decoders
-        q, leftover = divmod(self.kv.available, n)
-        seen = 0
-        offset = 0
-        for offset in range(bs - 1, -1, -1):  # offsets in decreasing order, by class
-            seen += self._count_at_offset(offset)
-            if seen > leftover:
-                break
-        best = q * bs + (bs - 1 - offset)
-        return max(1, min(best, limit))
-
-    @staticmethod
-    def _iterations_within(span: float, first: float, slope: float, limit: int) -> int:
-        """Whole iterations finished ``span`` seconds into a decode run (< ``limit``)."""
-        if slope > 0:
-            half = slope / 2
-            b = first - half
-            j = int((-b + math.sqrt(b * b + 4 * half * span)) / (2 * half))
-        else:
-            j = int(span / first)
-
-        def t(n: int) -> float:
-            return n * first + slope * n * (n - 1) / 2
-
-        while j > 0 and t(j) > span:
-            j -= 1
-        while j + 1 < limit and t(j + 1) <= span:
-            j += 1
-        return min(j, limit - 1)
+        """The longest decode run (<= ``limit``) whose new blocks fit in the pool now."""
+        return self._fitting_run(limit, self.kv.available)
