@@ -15,7 +15,10 @@ mistakes are named outright:
   the pin): it lost the entry -- usually recency not refreshed on lookup (R-LRU-2);
 * a miss the implementation routed to the id's old server: it kept an entry the spec
   evicted (R-LRU-3, and R-LRU-2 for the refresh that decided the eviction order);
-* a different tie than the first in pool order under ``--tie-break first`` (R-TIE-2).
+* a different tie than the first in pool order under ``--tie-break first`` (R-TIE-2);
+* with the context band, the band ``min(m + c // T, cap)`` replaces the margin in the
+  words: a pin kept where ``c / T`` rounded *up* would keep it is named as a ceiling
+  (R-BAND-1), one kept beyond ``min + cap`` as a missing cap (R-BAND-2).
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from affinity_core import Acquire, Config, Event, Lookup, State, classify, event_to_json
+from affinity_core.policy import keep_band
 
 __all__ = ["describe_event", "explain_acquire", "explain_counters", "explain_state_change"]
 
@@ -34,7 +38,9 @@ def describe_event(event: Event) -> str:
     data.pop("tie_draw", None)
     data.pop("request_hash", None)
     if op == "acquire":
-        return f"acquire({data.get('request_id')!r})"
+        context = data.get("context_tokens")
+        tail = "" if context is None else f", context_tokens={context}"
+        return f"acquire({data.get('request_id')!r}{tail})"
     if op == "release":
         rid = data.get("request_id")
         return f"release({data['server_id']!r}" + (f", request_id={rid!r})" if rid else ")")
@@ -68,6 +74,8 @@ def explain_acquire(config: Config, pre: State, event: Acquire, chosen: str | No
     words = [f"{head}, {spec}"]
     reqs: list[str] = []
     margin = config.affinity_break_margin
+    band = keep_band(config, event.context_tokens) if config.context_band else margin
+    band = band if band is not None else 0
     if lookup is Lookup.UNKEYED:
         words.append(f"an unkeyed request goes to a least-loaded server, loads {loads}")
         reqs += ["R-ACQ-8", "R-PLACE-1"]
@@ -98,11 +106,11 @@ def explain_acquire(config: Config, pre: State, event: Acquire, chosen: str | No
                          "its pin")
             reqs += ["R-DET-1", "R-DET-4"]
         elif margin is not None:
-            bound = (low or 0) + margin
+            bound = (low or 0) + band
             words.append(f"{rid!r} is pinned to {pin}, load {loads[pin]} <= min {low} + "
-                         f"margin {margin} = {bound}: the pin is kept (inclusive bound, loads "
-                         "read before the increment)")
-            reqs += ["R-KEEP-1", "R-KEEP-2"]
+                         f"{_band_words(config, event, band)} = {bound}: the pin is kept "
+                         "(inclusive bound, loads read before the increment)")
+            reqs += ["R-BAND-1", "R-KEEP-2"] if config.context_band else ["R-KEEP-1", "R-KEEP-2"]
         elif config.dual_threshold is not None:
             words.append(f"{rid!r} is pinned to {pin}: the gate keeps it (pin on the minimum "
                          "or pool not imbalanced)")
@@ -113,7 +121,7 @@ def explain_acquire(config: Config, pre: State, event: Acquire, chosen: str | No
             reqs += ["R-ACQ-2", "R-LEG-1"]
         moved_to_minimum = chosen is not None and chosen != pin and chosen in ties
         on_edge = (margin is not None and not config.full_determinism
-                   and loads[pin] == (low or 0) + margin)
+                   and loads[pin] == (low or 0) + band)
         if moved_to_minimum and on_edge:
             words.append("the pin sits exactly on the band's edge: a '<' comparison breaks "
                          "here, the spec's '<=' keeps")
@@ -125,10 +133,14 @@ def explain_acquire(config: Config, pre: State, event: Acquire, chosen: str | No
     else:  # HIT_BREAK
         assert pin is not None
         if margin is not None:
-            words.append(f"{rid!r} is pinned to {pin}, load {loads[pin]} > min {low} + margin "
-                         f"{margin} = {(low or 0) + margin}: the pin must move to a "
-                         "least-loaded server")
+            words.append(f"{rid!r} is pinned to {pin}, load {loads[pin]} > min {low} + "
+                         f"{_band_words(config, event, band)} = {(low or 0) + band}: the pin "
+                         "must move to a least-loaded server")
             reqs += ["R-KEEP-1", "R-BREAK-1"]
+            if config.context_band and chosen == pin:
+                found = _band_mistake(config, event, loads[pin] - (low or 0))
+                words += found[0]
+                reqs = found[1] + reqs
         else:
             words.append(f"{rid!r} is pinned to {pin} in an imbalanced pool and not on the "
                          "minimum: the gate re-pins to a least-loaded server")
@@ -140,6 +152,33 @@ def explain_acquire(config: Config, pre: State, event: Acquire, chosen: str | No
                      "--tie-break any")
         reqs += ["R-TIE-2"]
     return ": ".join(words[:2]) + ("; " + "; ".join(words[2:]) if words[2:] else ""), reqs
+
+
+def _band_words(config: Config, event: Acquire, band: int) -> str:
+    """``margin m`` or, with the context band, ``band b [min(m + c // T, cap), c = ...]``."""
+    if not config.context_band:
+        return f"margin {band}"
+    c = event.context_tokens
+    shown = "c absent, counts as 0" if c is None else f"c = {c}"
+    return (f"band {band} [min({config.affinity_break_margin} + {c or 0} // "
+            f"{config.affinity_break_tokens}, {config.affinity_break_band_cap}), {shown}]")
+
+
+def _band_mistake(config: Config, event: Acquire, above: int) -> tuple[list[str], list[str]]:
+    """Why an implementation may have kept a pin ``above`` the minimum that the band breaks."""
+    m, t, cap = (config.affinity_break_margin or 0, config.affinity_break_tokens or 1,
+                 config.affinity_break_band_cap or 0)
+    c = event.context_tokens or 0
+    if m + c // t > cap and above <= m + c // t:
+        return ([f"m + c // T = {m + c // t} exceeds the cap {cap}: an uncapped band keeps "
+                 "here, the spec clamps the band to the cap"], ["R-BAND-2", "R-BAND-1"])
+    if c % t and above <= min(m + -(-c // t), cap):
+        return ([f"c / T = {c}/{t} rounded up gives {m + -(-c // t)}: the spec rounds down "
+                 "(integer division)"], ["R-BAND-1"])
+    if event.context_tokens is None and above <= cap:
+        return (["the acquire carried no context_tokens, which counts as c = 0: the band "
+                 "never widens on a guess"], ["R-BAND-1"])
+    return [], ["R-BAND-1"]
 
 
 _CHANGE_REQUIREMENTS = {
@@ -199,6 +238,9 @@ def explain_counters(config: Config, pre: State, event: Acquire, field: str,
                  f"server), loads {loads}")
         margin = config.affinity_break_margin
         reqs = ["R-KEEP-1", "R-CNT-1"] if margin is not None else ["R-GATE-1", "R-CNT-1"]
+        if config.context_band:
+            margin = keep_band(config, event.context_tokens)
+            reqs = ["R-BAND-1", "R-CNT-1"]
         if margin is not None and loads[pin] == pre.pool.min_load + margin:
             words += ("; the pin sits exactly on the band's edge: a '<' comparison breaks "
                       "here, the spec's '<=' keeps")

@@ -25,7 +25,12 @@ signatures:
    ``affinity_kept``/``affinity_broken`` in ``get_status()``; ``observe_loads`` needs an
    ``observe_loads`` method; ``unkeyed`` is probed by behaviour (two ``request_id=None``
    acquires on two idle servers must go to different servers: verl would pin ``None`` like
-   any key); ``core_events`` is never available through this API.
+   any key); ``core_events`` is never available through this API. ``context_band`` needs
+   the band's options (``affinity_break_tokens``, ``affinity_break_band_cap``) accepted
+   *and* a way to receive the acquire's ``context_tokens``: an instance built with the band
+   must declare ``"prompt_ids"`` (verl 0.9.1's client then sends the prompt's token ids,
+   whose length is ``c``) or ``"context_tokens"`` (the count itself) in
+   ``require_acquire_fields()`` -- the same declaration verl's own client reads.
 
 A case needing an unsupported feature is reported ``unsupported``, never run, so a class
 without a margin is told "unsupported", not crashed. Every failure here is a
@@ -48,12 +53,14 @@ import attrs
 
 from affinity_core import Config, HashMode, TieBreak
 
-__all__ = ["CONVENTIONS", "REQUIRED_METHODS", "Impl", "ImplError", "load_impl"]
+__all__ = ["CONTEXT_FIELDS", "CONVENTIONS", "REQUIRED_METHODS", "Impl", "ImplError",
+           "context_field", "declared_acquire_fields", "load_impl"]
 
 CONVENTIONS = ("auto", "verl", "pr7435", "kwargs", "yaml")
 REQUIRED_METHODS = ("acquire_server", "release_server", "add_servers", "remove_servers",
                     "clear_sticky_cache", "get_status")
 _PROBE_SERVERS = ("p0", "p1")
+CONTEXT_FIELDS = ("prompt_ids", "context_tokens")  # acquire fields that carry the band's c
 
 
 class ImplError(ValueError):
@@ -132,6 +139,9 @@ class Impl:
             options["full_determinism"] = True
         if config.affinity_break_margin is not None:
             options["affinity_break_margin"] = config.affinity_break_margin
+        if config.affinity_break_tokens is not None:
+            options["affinity_break_tokens"] = config.affinity_break_tokens
+            options["affinity_break_band_cap"] = config.affinity_break_band_cap
         gate = config.dual_threshold
         if gate is not None:
             rel = str(gate.balance_rel_threshold)
@@ -168,6 +178,25 @@ def _try(factory: Callable[..., Any], convention: str, spec: str,
         return _construct(factory, convention, spec, list(_PROBE_SERVERS), options)
     except Exception:
         return None
+
+
+def declared_acquire_fields(instance: Any) -> list[str]:
+    """``require_acquire_fields()`` as verl 0.9.1's client reads it ([] when absent)."""
+    method = getattr(instance, "require_acquire_fields", None)
+    if not callable(method):
+        return []
+    try:
+        fields = method()
+    except Exception:
+        return []
+    return [f for f in fields if isinstance(f, str)] if isinstance(fields, (list, tuple)) else []
+
+
+def context_field(instance: Any) -> str | None:
+    """How ``instance`` takes the acquire's ``context_tokens``: ``"prompt_ids"`` (verl's
+    field: a sequence whose length is the count), ``"context_tokens"``, or None."""
+    fields = declared_acquire_fields(instance)
+    return next((f for f in CONTEXT_FIELDS if f in fields), None)
 
 
 def _has_methods(instance: Any) -> list[str]:
@@ -242,6 +271,10 @@ def load_impl(spec: str, convention: str = "auto") -> Impl:
     features: set[str] = set()
     if accepts(affinity_break_margin=1):
         features.add("margin")
+    banded = _try(factory, style, spec, {"affinity_break_margin": 0, "affinity_break_tokens": 1,
+                                         "affinity_break_band_cap": 1})
+    if allowed_options is None and banded is not None and context_field(banded) is not None:
+        features.add("context_band")
     gate_style = None
     if accepts(balance_abs_threshold=2, balance_rel_threshold="3/2"):
         gate_style = "balance"

@@ -23,6 +23,12 @@ Tie modes (R-REL-2):
   :func:`affinity_core.allowed`, and :func:`affinity_core.draw_for` feeds it back, so the
   two states stay comparable after a random tie.
 
+The acquire's ``context_tokens`` (the context band's ``c``) reaches the implementation
+the way verl 0.9.1's client sends declared fields: only when the instance lists it in
+``require_acquire_fields()`` and the event carries it. ``"prompt_ids"`` gets a sequence of
+``c`` token ids (a list up to :data:`PROMPT_LIST_LIMIT` ids, beyond that a ``range``, so a
+huge ``c`` costs no memory; only its length means anything), ``"context_tokens"`` the count.
+
 Under ``full_determinism`` with ``hash_mode="caller"`` the core's ``request_hash`` is
 ``hash(request_id)`` computed in this process -- the same process and the same salt the
 implementation's own ``hash()`` uses (verl 0.9.1 and Affinity's adapter both hash this
@@ -64,9 +70,12 @@ from affinity_core import (
 )
 
 from .diagnosis import describe_event, explain_acquire, explain_counters, explain_state_change
-from .impl_loader import Impl
+from .impl_loader import Impl, context_field
 
-__all__ = ["COMPARED_STATUS_KEYS", "Divergence", "Lockstep", "oracle_config"]
+__all__ = ["COMPARED_STATUS_KEYS", "PROMPT_LIST_LIMIT", "Divergence", "Lockstep",
+           "acquire_extra", "oracle_config"]
+
+PROMPT_LIST_LIMIT = 1 << 20  # token ids sent as a real list (8 MiB); longer: a range
 
 COMPARED_STATUS_KEYS = ("servers", "total_inflight", "active_servers", "registered_handles",
                         "affinity_kept", "affinity_broken", "affinity_break_margin",
@@ -128,6 +137,7 @@ class Lockstep:
         self._evicted: dict[str, tuple[int, str]] = {}
         self._pre: State = self.state  # the state before the current event
         self.random_ties = 0  # acquires where IMPL took another allowed server (fed back)
+        self._context_field = context_field(instance)  # read once, as verl's client does
 
     def _divergence(self, words: str, reqs: Sequence[str]) -> Divergence:
         index = len(self._descriptions) - 1
@@ -162,7 +172,8 @@ class Lockstep:
         permitted_set = allowed(config, pre, event)
         permitted = [s for s, _ in pre.pool.items() if s in permitted_set]
         try:
-            result: Any = self.instance.acquire_server(request_id=event.request_id)
+            extra = acquire_extra(self._context_field, event.context_tokens)
+            result: Any = self.instance.acquire_server(request_id=event.request_id, **extra)
             chosen, raised = _server_of(result), None
         except Exception as exc:
             chosen, raised = None, exc
@@ -275,6 +286,18 @@ class Lockstep:
                 words, reqs = explain_state_change(op, key, want, got)
             return self._divergence(words, reqs)
         return None
+
+
+def acquire_extra(field: str | None, context_tokens: int | None) -> dict[str, Any]:
+    """The declared acquire field carrying ``context_tokens`` (none when not declared or
+    not set: verl's client sends only declared fields that are present)."""
+    if field is None or context_tokens is None:
+        return {}
+    if field == "context_tokens":
+        return {"context_tokens": context_tokens}
+    ids: Sequence[int] = ([0] * context_tokens if context_tokens <= PROMPT_LIST_LIMIT
+                          else range(context_tokens))
+    return {field: ids}
 
 
 def _with_choice(config: Config, pre: State, event: Acquire, chosen: str) -> Acquire:

@@ -10,12 +10,15 @@ first`` must pass it. Each broken class changes exactly one rule:
 * :class:`StrictMarginBalancer` (PR #7435's constructor): keeps a pin only while
   ``load < min + margin`` -- the exclusive bound moves sessions sitting exactly on the
   band's edge (R-KEEP-1).
+
+The context band's positive control and mutants are at the end of the file.
 """
 
 from __future__ import annotations
 
 import math
 from collections import OrderedDict
+from collections.abc import Sequence
 from typing import Any
 
 NO_SERVERS = "No available servers in load balancer"
@@ -161,3 +164,98 @@ class NotABalancer:
 
     def __init__(self, servers: dict[str, Any]) -> None:
         self.servers = servers
+
+
+# ------------------------------------------------------------------ the context band
+# MiniBandBalancer extends MiniBalancer with the band (SPEC section 7.5): T and cap validated
+# as R-CFG-6 says, and verl 0.9.1's way of receiving the context -- require_acquire_fields()
+# names "prompt_ids" when T is set and acquire_server(request_id, prompt_ids=...) takes
+# c = len(prompt_ids). It is the positive control. Each mutant changes one rule:
+# CeilBandBalancer rounds c / T up (R-BAND-1); UncappedBandBalancer forgets the cap
+# (R-BAND-2); GuessingBandBalancer gives an acquire without a context T tokens (R-BAND-1).
+# CountBandBalancer declares "context_tokens" and receives the count itself.
+
+def _positive(key: str, value: object) -> int | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or (
+            isinstance(value, float) and (not math.isfinite(value) or not value.is_integer())):
+        raise ValueError(f"{key} must be null or an integer >= 1, got {value!r}")
+    if value < 1:
+        raise ValueError(f"{key} must be null or an integer >= 1, got {value!r}")
+    return int(value)
+
+
+class MiniBandBalancer(MiniBalancer):
+    """MiniBalancer plus the context band (first-in-order ties)."""
+
+    def __init__(self, servers: dict[str, Any], max_cache_size: int = 10000,
+                 full_determinism: bool = False, affinity_break_margin: int | None = None,
+                 affinity_break_tokens: int | None = None,
+                 affinity_break_band_cap: int | None = None) -> None:
+        super().__init__(servers, max_cache_size, full_determinism, affinity_break_margin)
+        tokens = _positive("affinity_break_tokens", affinity_break_tokens)
+        cap = _positive("affinity_break_band_cap", affinity_break_band_cap)
+        if (tokens is None) != (cap is None) or (tokens is not None and self._margin is None):
+            raise ValueError("affinity_break_tokens and affinity_break_band_cap are set "
+                             "together and only with affinity_break_margin; got "
+                             f"affinity_break_tokens={tokens!r}, affinity_break_band_cap={cap!r}")
+        if cap is not None and self._margin is not None and cap < self._margin:
+            raise ValueError(f"affinity_break_band_cap must be >= affinity_break_margin "
+                             f"({self._margin}), got {cap!r}")
+        self._tokens, self._cap = tokens, cap
+        self._context: int | None = None
+
+    def require_acquire_fields(self) -> list[str]:
+        return ["prompt_ids"] if self._tokens is not None else []
+
+    def acquire_server(self, request_id: str,
+                       prompt_ids: Sequence[int] | None = None) -> tuple[str, Any]:
+        self._context = None if prompt_ids is None else len(prompt_ids)
+        return super().acquire_server(request_id)
+
+    def band(self) -> int:
+        assert self._margin is not None and self._tokens is not None and self._cap is not None
+        return min(self._margin + (self._context or 0) // self._tokens, self._cap)
+
+    def _keep(self, pinned: str) -> bool:
+        if self._tokens is None or self._determinism:
+            return super()._keep(pinned)
+        return self._inflight[pinned] <= min(self._inflight.values()) + self.band()
+
+
+class CeilBandBalancer(MiniBandBalancer):
+    """BUG: rounds c / T up."""
+
+    def band(self) -> int:
+        assert self._margin is not None and self._tokens is not None and self._cap is not None
+        return min(self._margin + -(-(self._context or 0) // self._tokens), self._cap)
+
+
+class UncappedBandBalancer(MiniBandBalancer):
+    """BUG: forgets the cap."""
+
+    def band(self) -> int:
+        assert self._margin is not None and self._tokens is not None
+        return self._margin + (self._context or 0) // self._tokens
+
+
+class GuessingBandBalancer(MiniBandBalancer):
+    """BUG: an acquire without a context is given T tokens."""
+
+    def band(self) -> int:
+        if self._context is None:
+            self._context = self._tokens
+        return super().band()
+
+
+class CountBandBalancer(MiniBandBalancer):
+    """Declares ``context_tokens`` and receives the count itself."""
+
+    def require_acquire_fields(self) -> list[str]:
+        return ["context_tokens"] if self._tokens is not None else []
+
+    def acquire_server(self, request_id: str,  # type: ignore[override]
+                       context_tokens: int | None = None) -> tuple[str, Any]:
+        self._context = context_tokens
+        return MiniBalancer.acquire_server(self, request_id)

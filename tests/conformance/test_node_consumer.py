@@ -4,7 +4,8 @@ Written in Node with its standard library only, from the spec and the consumer c
 in spec/vectors/README.md: it must pass every vector of the features it implements, check
 every digest and the manifest, and report the supported / unsupported counts that the
 README states. Negative controls: a wrong keep rule (``<`` for ``<=``) fails margin
-vectors, and an edited or missing file is reported. Skipped, with the reason in the pytest
+vectors, a ceiling or a missing cap in the context band fails band vectors, and an edited
+or missing file is reported. Skipped, with the reason in the pytest
 summary, only when ``node`` is not installed (scripts/test.sh installs it).
 """
 
@@ -59,6 +60,19 @@ def test_a_wrong_keep_rule_fails_margin_vectors() -> None:
     code, result = _consumer(VECTORS, AFFINITY_CONSUMER_MUTANT="keep_strict_lt")
     assert code == 1 and result["suites"]["margin"]["failed"] >= 10
     assert result["suites"]["legacy"]["failed"] == 0  # no margin, no keep decision
+
+
+def test_the_band_suite_passes_and_band_mutants_fail_it() -> None:
+    """The context band (SPEC section 7.5) from a second language: every band case but the
+    gate one (no dual_threshold here) and the malformed events (core_events) passes; a
+    ceiling for c // T and a missing cap each fail band vectors and nothing else."""
+    code, result = _consumer(VECTORS)
+    assert code == 0 and result["suites"]["band"]["passed"] >= 38
+    assert result["suites"]["band"]["unsupported"] == 2
+    for mutant in ("band_ceil", "band_uncapped"):
+        code, result = _consumer(VECTORS, AFFINITY_CONSUMER_MUTANT=mutant)
+        failing = {name for name, s in result["suites"].items() if s["failed"]}
+        assert code == 1 and failing == {"band"}, (mutant, failing)
 
 
 def test_edited_and_missing_files_are_reported(tmp_path: Path) -> None:

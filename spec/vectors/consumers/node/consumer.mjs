@@ -3,8 +3,8 @@
 // library only). It is written from spec/SPEC.md and spec/vectors/README.md alone -- the
 // consumer contract -- to show that the contract is enough for a non-Python
 // implementation. It implements verl's legacy rule and PR #7435's margin (SPEC sections
-// 6-11, 15), full_determinism in both hash modes, the three tie-breaks, unkeyed requests,
-// the counters and observe_loads; it does not implement the dual-threshold gate, lease
+// 6-11, 15), the context band (section 7.5), full_determinism in both hash modes, the three
+// tie-breaks, unkeyed requests, the counters and observe_loads; it does not implement the dual-threshold gate, lease
 // accounting, event decoding (core_events) or construction-time refusals (strict-config),
 // and reports those cases as unsupported, never as passed.
 //
@@ -19,7 +19,7 @@ import { readFileSync, readdirSync, statSync } from "node:fs";
 import { dirname, join, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
 
-const SUPPORTED = new Set(["margin", "full_determinism", "hash_stable", "tie_hashed",
+const SUPPORTED = new Set(["margin", "context_band", "full_determinism", "hash_stable", "tie_hashed",
   "unkeyed", "counters", "observe_loads"]);
 const NO_SERVERS = "No available servers in load balancer";
 // Negative control for the test suite: a deliberately wrong keep rule must fail vectors.
@@ -127,6 +127,11 @@ class Balancer {
   constructor(config, servers) {
     const get = (k, d) => (config[k] === undefined ? d : plain(config[k]));
     this.margin = get("affinity_break_margin", null);
+    // The context band (R-BAND-1): T and cap as BigInt, because c may exceed 2^53.
+    const tokens = config.affinity_break_tokens ?? null;
+    const cap = config.affinity_break_band_cap ?? null;
+    this.tokens = tokens === null ? null : tokens.big();
+    this.cap = cap === null ? null : cap.big();
     this.capacity = get("max_cache_size", 10000);
     this.det = get("full_determinism", false);
     this.tieBreak = get("tie_break", "first");
@@ -147,12 +152,22 @@ class Balancer {
     if (this.tieBreak === "hashed" && rid !== null) return t[mod(stableHash(rid), t.length)];
     return t[mod(draw, t.length)];
   }
-  keep(p) { // KEEP(p), SECTION 10
-    if (this.det || this.margin === null) return true;
-    if (MUTANT === "keep_strict_lt") return this.load(p) < this.minLoad() + this.margin;
-    return this.load(p) <= this.minLoad() + this.margin; // R-KEEP-1: inclusive, loads before
+  band(context) { // R-BAND-1: min(m + floor(c / T), cap); c absent counts as 0
+    const m = BigInt(this.margin);
+    if (this.tokens === null) return m; // R-BAND-3: without T the context is ignored
+    const c = context ?? 0n;
+    if (MUTANT === "band_ceil") { const up = m + (c + this.tokens - 1n) / this.tokens; return up < this.cap ? up : this.cap; }
+    const widened = m + c / this.tokens; // BigInt division truncates: floor for c >= 0
+    if (MUTANT === "band_uncapped") return widened;
+    return widened < this.cap ? widened : this.cap; // R-BAND-2
   }
-  acquire(rid, draw, hash) {
+  keep(p, context) { // KEEP(p), SECTION 10; R-BAND-5: full_determinism ignores the band
+    if (this.det || this.margin === null) return true;
+    const bound = BigInt(this.minLoad()) + this.band(context);
+    if (MUTANT === "keep_strict_lt") return BigInt(this.load(p)) < bound;
+    return BigInt(this.load(p)) <= bound; // R-KEEP-1: inclusive, loads before the increment
+  }
+  acquire(rid, draw, hash, context) {
     if (this.det && rid === null)
       return { kind: "rejected", reason: "invalid_for_config", message: "full_determinism needs a request_id" };
     if (this.det && this.hashMode === "caller" && hash === null)
@@ -164,7 +179,7 @@ class Balancer {
       const p = this.lru.get(rid); this.lru.delete(rid); this.lru.set(rid, p); // lookup refreshes
       previous = p;
       if (!this.pool.includes(p)) { this.lru.delete(rid); cls = "reselected"; }
-      else if (this.keep(p)) cls = "kept";
+      else if (this.keep(p, context)) cls = "kept";
       else cls = "broken";
     }
     let chosen; let evicted = null;
@@ -225,7 +240,8 @@ class Balancer {
     const e = plain(event);
     switch (e.op) {
       case "acquire": return this.acquire(e.request_id ?? null, BigInt(event.tie_draw ? event.tie_draw.text : 0),
-        event.request_hash == null ? null : event.request_hash.big());
+        event.request_hash == null ? null : event.request_hash.big(),
+        event.context_tokens == null ? null : event.context_tokens.big());
       case "release": return this.release(e.server_id);
       case "add_servers": return this.add(e.server_ids);
       case "remove_servers": return this.remove(e.server_ids);
