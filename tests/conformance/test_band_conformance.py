@@ -22,6 +22,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import jsonschema
 import pytest
 
 from affinity_cli.main import main
@@ -88,6 +89,24 @@ def test_no_older_vector_mentions_the_band() -> None:
             continue
         text = path.read_text(encoding="utf-8")
         assert "context_tokens" not in text and not any(k in text for k in BAND_KEYS), path
+
+
+def test_schema_knows_the_band_and_rejects_its_misuse() -> None:
+    schema = json.loads((VECTORS / "schema" / "vector.schema.json").read_text(encoding="utf-8"))
+    validator = jsonschema.Draft202012Validator(schema)
+    case = json.loads((VECTORS / "band" / "context_t_widens_by_one.json").read_text(
+        encoding="utf-8"))
+    assert validator.is_valid(case)
+    lone = json.loads(json.dumps(case))
+    del lone["config"]["affinity_break_band_cap"]  # T without the cap (R-CFG-6)
+    assert not validator.is_valid(lone)
+    negative = json.loads(json.dumps(case))
+    step = next(s for s in negative["steps"] if "context_tokens" in s.get("event", {}))
+    step["event"]["context_tokens"] = -1  # R-EV-2
+    assert not validator.is_valid(negative)
+    unknown = json.loads(json.dumps(case))
+    unknown["features"] = ["band"]  # the flag is context_band; the suite is band
+    assert not validator.is_valid(unknown)
 
 
 # ------------------------------------------------------------ affinity check
