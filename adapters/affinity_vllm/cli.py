@@ -14,7 +14,7 @@ import sys
 
 import attrs
 
-from .options import OptionsError, RouterOptions, parse_margin
+from .options import CONTEXT_MODES, OptionsError, RouterOptions, parse_margin
 
 __all__ = ["options_from_args", "register", "run"]
 
@@ -53,6 +53,23 @@ def register(parser: argparse.ArgumentParser) -> None:
     route.add_argument("--margin", type=_margin, default=d.margin.default, metavar="N|none",
                        help="affinity_break_margin: keep a session's pin while its backend's "
                        "load <= least load + N; 'none' never breaks a pin (default: none)")
+    route.add_argument("--affinity-break-tokens", type=int, default=None, metavar="T",
+                       help="context band: widen the margin by one request per T prompt "
+                       "tokens of the request, up to --affinity-break-band-cap, so long "
+                       "conversations tolerate more skew before they move; an integer >= 1, "
+                       "needs --margin (default: off)")
+    route.add_argument("--affinity-break-band-cap", type=int, default=None, metavar="N",
+                       help="context band: the widest band, an integer >= 1 and >= the "
+                       "margin; required with --affinity-break-tokens (default: off)")
+    route.add_argument("--context-tokens", choices=CONTEXT_MODES,
+                       default=d.context_tokens.default,
+                       help="context band: the prompt length of a request with a session key "
+                       "is the number of token ids when it carries them (a completions "
+                       "prompt of ids, a chat kv_transfer_params.prompt_token_ids); for text, "
+                       "'estimate' counts UTF-8 bytes / 4, 'tokenize' asks a backend's POST "
+                       "/tokenize (on failure: the estimate, counted in /metrics "
+                       "context_sources_total), 'off' counts nothing (the band is the "
+                       "margin) (default: %(default)s)")
     route.add_argument("--tie-break", choices=["first", "draw", "hashed"],
                        default=d.tie_break.default,
                        help="how to choose among equally loaded backends: first in pool "
@@ -126,7 +143,8 @@ def register(parser: argparse.ArgumentParser) -> None:
                         "removed, recovered ones (and ejected ones past their back-off) "
                         "re-added (default: %(default)s)")
     health.add_argument("--health-timeout", type=float, default=d.health_timeout.default,
-                        help="timeout of one health check or scrape (default: %(default)s)")
+                        help="timeout of one health check, scrape or /tokenize call "
+                        "(default: %(default)s)")
     health.add_argument("--eject-5xx", type=int, default=d.eject_5xx.default, metavar="N",
                         help="eject a backend after N consecutive 5xx answers (never the last "
                         "routable one); 0: never for 5xx (default: %(default)s)")
@@ -177,6 +195,9 @@ def register(parser: argparse.ArgumentParser) -> None:
 def options_from_args(args: argparse.Namespace) -> RouterOptions:
     return RouterOptions(
         backends=tuple(args.backend), margin=args.margin, tie_break=args.tie_break,
+        affinity_break_tokens=args.affinity_break_tokens,
+        affinity_break_band_cap=args.affinity_break_band_cap,
+        context_tokens=args.context_tokens,
         seed=args.seed, full_determinism=args.full_determinism, hash_mode=args.hash_mode,
         cache_size=args.cache_size, lease_accounting=args.lease_accounting,
         session_header=args.session_header, session_body_field=args.session_body_field,

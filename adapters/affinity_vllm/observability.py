@@ -28,6 +28,9 @@ Metric names (all prefixed ``affinity_router_``):
 * ``pool_changes_total{change}``, ``retries_total``, ``client_disconnects_total``;
 * ``requests_total{route,code}`` -- code 499 when the client left before the response
   ended (counted once in ``client_disconnects_total`` too), never 500;
+* ``context_sources_total{source}`` -- with the context band: keyed requests by where
+  their prompt length came from (ids, estimate, tokenize, tokenize_fallback: a failed
+  /tokenize call, estimated instead; :mod:`~affinity_vllm.context`);
 * ``routing_overhead_seconds`` -- histogram, per proxied request, of the time from the
   request's first byte to the first byte written to the backend: HTTP parsing, body
   check, session key, the core step and the connection borrow;
@@ -47,6 +50,7 @@ from .metrics import Registry
 from .routing import RoutingTable
 
 if TYPE_CHECKING:
+    from .context import ContextCounter
     from .health import BackendHealth
 
 __all__ = ["BackendReport", "RouterMetrics"]
@@ -121,7 +125,11 @@ class RouterMetrics:
         self._log_errors = r.counter(p + "decision_log_errors_total",
                                      "decision log failures by kind (write, rotate, deleted, "
                                      "moved, replaced, reopen)", ["kind"])
+        self._context = r.counter(p + "context_sources_total", "keyed requests by the source "
+                                  "of their prompt length for the context band (ids, "
+                                  "estimate, tokenize, tokenize_fallback)", ["source"])
         self.health: dict[str, BackendHealth] = {}
+        self.context: ContextCounter | None = None  # set by the router with the band
         self.connections = 0
         self.retries.samples[()] = 0.0
         self.client_disconnects.samples[()] = 0.0
@@ -165,6 +173,9 @@ class RouterMetrics:
             self._log_errors.set(kind, value=health["errors"].get(kind, 0))
 
     def render(self) -> str:
+        if self.context is not None:
+            for source, count in self.context.sources.items():
+                self._context.set(source, value=count)
         self._refresh()
         self._refresh_log()
         self._connections.set(value=self.connections)
@@ -191,4 +202,10 @@ class RouterMetrics:
                            if b == sid},
             }
         out["backends"] = backends
+        if self.context is not None:
+            config = self.table.config
+            out["context_band"] = {
+                "affinity_break_tokens": config.affinity_break_tokens,
+                "affinity_break_band_cap": config.affinity_break_band_cap,
+                "context_tokens": self.context.mode, "sources": dict(self.context.sources)}
         return out

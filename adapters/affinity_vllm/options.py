@@ -23,7 +23,12 @@ import attrs
 
 from affinity_core import Config, ConfigError, validate_margin
 
-__all__ = ["OptionsError", "RouterOptions", "normalise_backend_url", "parse_margin"]
+__all__ = ["CONTEXT_MODES", "OptionsError", "RouterOptions", "normalise_backend_url",
+           "parse_margin"]
+
+# Where the context band's c comes from (affinity_vllm.context); here so the CLI can list
+# them without importing the server modules.
+CONTEXT_MODES = ("estimate", "tokenize", "off")
 
 
 class OptionsError(ValueError):
@@ -94,6 +99,12 @@ def _header_name(_inst: Any, _attr: Any, value: Any) -> None:
         raise OptionsError(f"session_header must be an HTTP header name, got {value!r}")
 
 
+def _context_mode(_inst: Any, _attr: Any, value: Any) -> None:
+    if value not in CONTEXT_MODES:
+        raise OptionsError(f"context_tokens must be one of {', '.join(CONTEXT_MODES)}, "
+                           f"got {value!r}")
+
+
 def _optional_field(_inst: Any, _attr: Any, value: Any) -> None:
     if value is not None and (not isinstance(value, str) or value == ""):
         raise OptionsError(f"session_body_field must be a non-empty field name, got {value!r}")
@@ -105,6 +116,9 @@ class RouterOptions:
 
     backends: tuple[str, ...] = attrs.field(converter=_backends)
     margin: int | None = None
+    affinity_break_tokens: int | None = None  # the context band (SPEC §7.5)
+    affinity_break_band_cap: int | None = None
+    context_tokens: str = attrs.field(default="estimate", validator=_context_mode)
     tie_break: str = "draw"
     full_determinism: bool = False
     hash_mode: str = "stable"
@@ -162,12 +176,14 @@ class RouterOptions:
         if self.ejection_max < self.ejection_base:
             raise OptionsError(f"ejection_max must be >= ejection_base ({self.ejection_base:g})"
                                f", got {self.ejection_max!r}")
-        self.core_config()  # margin, tie_break, hash_mode: fail now, in the core's words
+        self.core_config()  # margin, band, tie_break, hash_mode: fail now, in the core's words
 
     def core_config(self) -> Config:
         try:
             return Config(
                 affinity_break_margin=self.margin,
+                affinity_break_tokens=self.affinity_break_tokens,
+                affinity_break_band_cap=self.affinity_break_band_cap,
                 max_cache_size=self.cache_size,
                 tie_break=self.tie_break,
                 full_determinism=self.full_determinism,

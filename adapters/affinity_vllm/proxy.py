@@ -117,10 +117,13 @@ class Proxy:
         parts.append(b"content-length: %d\r\n\r\n" % len(request.body))
         return b"".join(parts)
 
-    async def forward(self, request: IncomingRequest, key: str | None) -> int:
-        """Route, relay and release; returns the status the client got (499: it left)."""
+    async def forward(self, request: IncomingRequest, key: str | None,
+                      context_tokens: int | None = None) -> int:
+        """Route, relay and release; returns the status the client got (499: it left).
+
+        ``context_tokens`` is the context band's ``c`` (None without the band)."""
         client = request.connection
-        lease = self.table.acquire(key)
+        lease = self.table.acquire(key, context_tokens)
         if not isinstance(lease, Lease):
             client.respond(503, error_body(503, lease.message, "no_backend_available"), _JSON)
             return 503
@@ -138,7 +141,8 @@ class Proxy:
                 # backend busier); keep the key only if the failure took it out of the pool.
                 self.metrics.retries.inc()
                 retry_key = None if self.table.is_active(lease.server_id) else key
-                retry = self.table.acquire(retry_key)
+                retry = self.table.acquire(retry_key,
+                                           None if retry_key is None else context_tokens)
                 held, lease = lease, retry if isinstance(retry, Lease) else lease
                 self.table.release(held)
                 held = None

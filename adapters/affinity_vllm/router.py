@@ -27,11 +27,12 @@ HTTP path they would parallelise; the router is fast enough single-threaded inst
 
 Request handling, in order: the HTTP layer refuses oversized or malformed requests
 (400/413/408); the handler refuses a body that is not a JSON object (400) and a bad
-session key (400); only then does it acquire. Unknown paths get 404 and wrong methods
-405, all as JSON errors. An unexpected exception becomes a 500 for that request (and
-one log line with its traceback); the server keeps running, and because release is in
-a ``finally`` no count leaks. A client that leaves is a 499 in ``requests_total``,
-never a 500.
+session key (400); with the context band, a keyed request's prompt length is counted
+(:mod:`~affinity_vllm.context`, never an error); only then does it acquire. Unknown
+paths get 404 and wrong methods 405, all as JSON errors. An unexpected exception
+becomes a 500 for that request (and one log line with its traceback); the server keeps
+running, and because release is in a ``finally`` no count leaks. A client that leaves
+is a 499 in ``requests_total``, never a 500.
 """
 
 from __future__ import annotations
@@ -48,6 +49,7 @@ import aiohttp
 
 from affinity_runtime.decision_log import DecisionLogWriter
 
+from .context import ContextCounter
 from .health import BackendHealth, Health, HealthPolicy, PoolChange
 from .http1 import IncomingRequest, ServerLimits, error_body
 from .http_server import HttpServer
@@ -95,6 +97,12 @@ class Router:
         self.pool = UpstreamPool(options.connect_timeout, options.upstream_timeout)
         self.proxy = Proxy(options, self.table, self.metrics, self.pool, self.report)
         self._session: aiohttp.ClientSession | None = None
+        # The context band's c, only where it can matter: keyed requests, band configured.
+        self.context: ContextCounter | None = None
+        if self.table.config.context_band:
+            self.context = ContextCounter(options.context_tokens, options.health_timeout,
+                                          lambda: self.table.active, self.session)
+        self.metrics.context = self.context
         self.monitor = Monitor(options, self.table, self.metrics, self.session, self.probed)
         self.server = HttpServer(self.handle, ServerLimits(
             max_header_bytes=options.max_header_bytes, max_headers=MAX_HEADERS,
@@ -310,7 +318,11 @@ class Router:
     async def _generate(self, request: IncomingRequest) -> int:
         payload = self._payload(request)
         key = self._session_key(request, payload)
-        return await self._forward(request, key)
+        context = None
+        if key is not None and self.context is not None:
+            context = await self.context.context_tokens(
+                payload, request.path == "/v1/chat/completions")
+        return await self._forward(request, key, context)
 
     async def _models(self, request: IncomingRequest) -> int:
         # A listing is routed like an unkeyed request; full determinism refuses unkeyed
@@ -319,14 +331,15 @@ class Router:
         return await self._forward(request, MODELS_KEY if self.options.full_determinism
                                    else None)
 
-    async def _forward(self, request: IncomingRequest, key: str | None) -> int:
+    async def _forward(self, request: IncomingRequest, key: str | None,
+                       context_tokens: int | None = None) -> int:
         if self.active_requests >= self.options.max_concurrency:
             raise BadRequest(503, f"router at its concurrency limit of "
                              f"{self.options.max_concurrency} requests (--max-concurrency)",
                              "overloaded")
         self.active_requests += 1
         try:
-            return await self.proxy.forward(request, key)
+            return await self.proxy.forward(request, key, context_tokens)
         finally:
             self.active_requests -= 1
 

@@ -7,7 +7,8 @@ pure core; the table is the only place that holds a :class:`~affinity_core.State
 Everything runs on the asyncio event loop thread and ``step`` never awaits, so each
 event is applied atomically without locks.
 
-* :meth:`RoutingTable.acquire` -- ``Acquire(request_id=session key or None)``. The tie
+* :meth:`RoutingTable.acquire` -- ``Acquire(request_id=session key or None,
+  context_tokens=c)`` (``c`` only with the context band, see :mod:`.context`). The tie
   draw comes from the table's own seeded RNG (the adapter may use randomness, the core
   may not); the core uses it only when ``tie_break`` asks for a draw. The result is a
   :class:`Lease` (or the core's ``Rejected``).
@@ -133,14 +134,15 @@ class RoutingTable:
             raise _Unlogged
         return transition.outcome
 
-    def acquire(self, request_id: str | None) -> Lease | Rejected | LogUnavailable:
+    def acquire(self, request_id: str | None, context_tokens: int | None = None
+                ) -> Lease | Rejected | LogUnavailable:
         request_hash = None
         if self.config.full_determinism and request_id is not None:
             # hash_mode "caller": the core indexes the pool by the caller's hash; the
             # router's hash is the portable one, never the salted builtin hash().
             request_hash = stable_hash(request_id)
         event = Acquire(request_id=request_id, tie_draw=self._rng.randrange(DRAW_RANGE),
-                        request_hash=request_hash)
+                        request_hash=request_hash, context_tokens=context_tokens)
         log = self._log
         if self.require_log and log is not None and not log.ready(self.config, self.state):
             return self._log_unavailable(log)

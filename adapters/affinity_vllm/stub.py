@@ -4,7 +4,8 @@ Theory of operation
 -------------------
 The stub speaks the part of vLLM's OpenAI API that a router touches -- ``POST
 /v1/completions`` (text or token-id prompts, also batched), ``POST
-/v1/chat/completions``, SSE streaming for both, ``GET /v1/models``, ``GET /health`` --
+/v1/chat/completions``, SSE streaming for both, ``GET /v1/models``, ``GET /health``,
+``POST /tokenize`` (the stub's own tokens, counted in ``tokenize_calls``) --
 and exposes ``GET /metrics`` with vLLM 0.32's metric names, so routing, stickiness,
 streaming, faults and load scraping can be tested in seconds without a model.
 
@@ -37,9 +38,7 @@ Output is deterministic: generated token ``i`` is a function of the prompt and `
 
 from __future__ import annotations
 
-import argparse
 import asyncio
-import contextlib
 import json
 import time
 from collections.abc import Sequence
@@ -85,6 +84,7 @@ class StubServer:
         self.completed = 0
         self.generated_tokens = 0
         self.requests: list[dict[str, Any]] = []  # one record per generate request
+        self.tokenize_calls = 0
         self.huge_sent = 0  # bytes of the current "huge" body the socket has taken
         self._runner: web.AppRunner | None = None
         self._site: web.TCPSite | None = None
@@ -104,6 +104,7 @@ class StubServer:
         app.router.add_get("/v1/models", self._models)
         app.router.add_get("/health", self._health)
         app.router.add_get("/metrics", self._metrics)
+        app.router.add_post("/tokenize", self._tokenize)
         app.router.add_post("/_stub/fault", self._set_fault_http)
         return app
 
@@ -186,6 +187,21 @@ class StubServer:
         ):
             lines += [f"# TYPE {name} {kind}", f"{name}{labels} {float(value)}"]
         return web.Response(text="\n".join(lines) + "\n", content_type="text/plain")
+
+    async def _tokenize(self, request: web.Request) -> web.Response:
+        """vLLM's ``POST /tokenize``, completion (``prompt``) or chat (``messages``) form."""
+        await self._gate()
+        self.tokenize_calls += 1
+        try:
+            body = await request.json()
+            tokens = (chat_tokens(body["messages"]) if "messages" in body
+                      else prompt_tokens(body["prompt"])[0])
+        except (ValueError, TypeError, KeyError) as exc:
+            return web.json_response({"error": {"message": f"bad tokenize request: {exc!r}",
+                                                "type": "BadRequestError", "code": 400}},
+                                     status=400)
+        return web.json_response({"count": len(tokens), "max_model_len": 4096,
+                                  "tokens": tokens})
 
     async def _completions(self, request: web.Request) -> web.StreamResponse:
         return await self._generate(request, chat=False)
@@ -350,43 +366,10 @@ class StubServer:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m affinity_vllm.stub",
-                                     description="fake vLLM server for tests")
-    parser.add_argument("--host", default="127.0.0.1")
-    parser.add_argument("--port", type=int, default=0)
-    parser.add_argument("--name", default="stub")
-    parser.add_argument("--model", default="tiny")
-    parser.add_argument("--block-size", type=int, default=16)
-    parser.add_argument("--cache-blocks", type=int, default=256)
-    parser.add_argument("--max-num-seqs", type=int, default=8)
-    parser.add_argument("--delay", type=float, default=0.0)
-    parser.add_argument("--prefill-delay", type=float, default=0.0)
-    parser.add_argument("--token-delay", type=float, default=0.0)
-    parser.add_argument("--log", default=None)
-    parser.add_argument("--fault", default="none", choices=FAULT_MODES[:1] + FAULT_MODES[2:],
-                        help="start in this fault mode")
-    parser.add_argument("--slow-seconds", type=float, default=2.0)
-    parser.add_argument("--huge-bytes", type=int, default=64 << 20)
-    args = parser.parse_args(argv)
-    options = StubOptions(
-        name=args.name, model=args.model, block_size=args.block_size,
-        cache_blocks=args.cache_blocks, max_num_seqs=args.max_num_seqs, delay=args.delay,
-        prefill_delay=args.prefill_delay, token_delay=args.token_delay, log_path=args.log,
-        slow_seconds=args.slow_seconds, huge_bytes=args.huge_bytes)
+    """The command line (:mod:`affinity_vllm.stub_cli`)."""
+    from .stub_cli import main as cli_main
 
-    async def run() -> None:
-        stub = StubServer(options)
-        port = await stub.start(args.host, args.port)
-        await stub.set_fault(args.fault)
-        print(f"ready {port}", flush=True)
-        try:
-            await asyncio.Event().wait()
-        finally:
-            await stub.stop()
-
-    with contextlib.suppress(KeyboardInterrupt):
-        asyncio.run(run())
-    return 0
+    return cli_main(argv)
 
 
 if __name__ == "__main__":
