@@ -214,8 +214,11 @@ class ControlError(RuntimeError):
 
 def _raised_by_control(exc: BaseException) -> bool:
     frames = traceback.extract_tb(exc.__traceback__)
-    return bool(frames) and frames[-1].filename.endswith(("affinity_proofs/mutants.py",
-                                                          "affinity_proofs\\mutants.py"))
+    if not frames:
+        return False
+    # mutants.py and the modules it is split into: mutants_base, _keep, _band, _beyond
+    name = frames[-1].filename.replace("\\", "/").rsplit("/", 2)[-2:]
+    return name[0] == "affinity_proofs" and name[-1].startswith("mutants")
 
 
 def out_of_domain(config: Config, state: State, lease_cap: int) -> tuple[str, str] | None:

@@ -53,6 +53,7 @@ from affinity_core.legacy import LegacyModel, legacy_step
 from affinity_core.machine import Lookup
 
 from .bfs import Check, Edge
+from .bfs_band_checks import BAND_CHECKS
 from .bfs_spec_checks import SPEC_CHECKS
 
 __all__ = ["CHECKS", "checks_for", "in_flight_check", "lease_ground_truth_check",
@@ -143,9 +144,10 @@ def _alternatives(c: Config, pre: State, rid: str | None) -> list[tuple[str, Con
     for label, loads in (("idle loads", [0] * len(items)), ("other loads", shuffled)):
         table = LoadTable.build((s, n) for (s, _), n in zip(items, loads, strict=True))
         out.append((label, c, attrs.evolve(pre, pool=table)))
-    for margin in (None, 0, 5):
-        out.append((f"margin {margin}", attrs.evolve(c, affinity_break_margin=margin,
-                                                      dual_threshold=None), pre))
+    for margin in (None, 0, 5):  # margin only: the context band (if any) dropped
+        out.append((f"margin {margin}", attrs.evolve(
+            c, affinity_break_margin=margin, dual_threshold=None, affinity_break_tokens=None,
+            affinity_break_band_cap=None), pre))
     out.append(("no other sticky entries", c, attrs.evolve(pre, lru=only_entry)))
     if c.hash_mode is HashMode.STABLE:
         reordered = LoadTable.build(tuple(reversed(items)))
@@ -161,8 +163,12 @@ def _determinism(edge: Edge) -> str | None:
     if isinstance(o, Acquired) and o.path is Path.BROKEN:
         return "a pin was broken under full_determinism"
     decision = o.server_id if isinstance(o, Acquired) else None
-    for label, alt_config, alt_state in _alternatives(c, pre, ev.request_id):
-        alt = step(alt_config, alt_state, ev).outcome
+    # R-BAND-5: the context is ignored too (with or without the band configured)
+    other = attrs.evolve(ev, context_tokens=10**9 if ev.context_tokens is None else None)
+    for label, alt_config, alt_state, alt_event in (
+            *((*a, ev) for a in _alternatives(c, pre, ev.request_id)),
+            (f"context_tokens={other.context_tokens}", c, pre, other)):
+        alt = step(alt_config, alt_state, alt_event).outcome
         alt_decision = alt.server_id if isinstance(alt, Acquired) else None
         if alt_decision != decision:
             return f"decision {decision!r} becomes {alt_decision!r} with {label}"
@@ -176,7 +182,8 @@ def _margin_on(c: Config) -> bool:
 
 def _skew(edge: Edge) -> str | None:
     c, pre, t = edge.config, edge.pre, _t(edge)
-    if not inv.within_band(c, pre, t):
+    # without the event: the cap bounds a band-widened pin (R-BAND-2); with it: the band
+    if not inv.within_band(c, pre, t) or not inv.within_band(c, pre, t, edge.event):
         return _false("within_band")
     if not inv.placement_is_argmin(c, pre, t):
         return _false("placement_is_argmin")
@@ -196,6 +203,14 @@ def _with_margin(c: Config, margin: int | None) -> Config:
     return attrs.evolve(c, affinity_break_margin=margin)
 
 
+def _margins(c: Config, top: int) -> list[int | None]:
+    """The margins obligation 5 compares: 0..top and None (no margin = infinite); with the
+    context band 0..cap (the cap must stay >= the margin, and the band needs one)."""
+    if c.affinity_break_band_cap is not None:
+        return list(range(c.affinity_break_band_cap + 1))
+    return [*range(top), None]
+
+
 def _monotone(edge: Edge) -> str | None:
     c, pre, ev = edge.config, edge.pre, edge.event
     if not isinstance(ev, Acquire) or ev.request_id is None:
@@ -203,10 +218,9 @@ def _monotone(edge: Edge) -> str | None:
     pinned = pre.lru.peek(ev.request_id)
     if pinned is None or pinned not in pre.pool:
         return None
-    top = pre.pool.max_load + 2
-    margins: list[int | None] = [*range(top), None]  # None = no margin = infinite margin
-    kept = [classify(_with_margin(c, m), pre, ev.request_id)[0] is Lookup.HIT_KEEP
-            for m in margins]
+    margins = _margins(c, pre.pool.max_load + 2)
+    kept = [classify(_with_margin(c, m), pre, ev.request_id, ev.context_tokens)[0]
+            is Lookup.HIT_KEEP for m in margins]
     # Monotone iff no adjacent pair goes from kept to broken as the margin grows.
     for i in range(len(margins) - 1):
         if kept[i] and not kept[i + 1]:
@@ -244,7 +258,8 @@ def _break(edge: Edge) -> str | None:
 
 
 def _no_starvation(edge: Edge) -> str | None:
-    return None if inv.no_starvation(edge.config, edge.pre, _t(edge)) else \
+    # with the event: the acquire's own band (R-BAND-1), not only the cap
+    return None if inv.no_starvation(edge.config, edge.pre, _t(edge), edge.event) else \
         _false("no_starvation")
 
 
@@ -314,8 +329,9 @@ CHECKS: tuple[Check, ...] = (
     Check("decision_independence", 2, lambda c: c.full_determinism, _determinism,
           events=_ACQUIRE),
     Check("per_decision_skew", 3, _margin_on, _skew, events=_ACQUIRE),
-    Check("least_loaded_at_margin_0", 4,
-          lambda c: _margin_on(c) and c.affinity_break_margin == 0, _least_loaded_at_zero,
+    Check("least_loaded_at_margin_0", 4,  # R-SKEW-5 is the plain margin's, not the band's
+          lambda c: _margin_on(c) and c.affinity_break_margin == 0
+          and c.affinity_break_tokens is None, _least_loaded_at_zero,
           events=_ACQUIRE),
     Check("keep_monotone_in_margin", 5,
           lambda c: not c.full_determinism and c.dual_threshold is None, _monotone,
@@ -332,6 +348,7 @@ CHECKS: tuple[Check, ...] = (
           _gate_bound, events=_ACQUIRE),
     Check("leases_match_loads", 14, lambda c: c.lease_accounting, _leases, per_state=True),
     *SPEC_CHECKS,  # obligations 15-18: outcomes, status, lease counters, determinism inputs
+    *BAND_CHECKS,  # obligation 20 and R-BAND-3 (bfs_band_checks.py)
 )
 
 

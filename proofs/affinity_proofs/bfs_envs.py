@@ -50,7 +50,8 @@ from affinity_core import (
     Transition,
 )
 
-__all__ = ["FreeEnv", "InFlightEnv", "LeaseEnv", "Universe", "acquires", "pool_changes"]
+__all__ = ["FreeEnv", "InFlightEnv", "LeaseEnv", "Universe", "acquires", "contexts",
+           "pool_changes"]
 
 Move = tuple[Event, Hashable]
 
@@ -64,9 +65,21 @@ class Universe:
     observe_max: int = 0  # > 0: ObserveLoads of one active server, values 0..observe_max
 
 
+def contexts(config: Config) -> tuple[int | None, ...]:
+    """The ``context_tokens`` values an acquire carries: none, unless the context band is
+    configured; then absent, 0, T - 1, T, 2T and a huge one (every side of the first two
+    steps of ``c // T``, and far past the cap)."""
+    t = config.affinity_break_tokens
+    if t is None:
+        return (None,)
+    return tuple(dict.fromkeys((None, 0, t - 1, t, 2 * t, 10**9)))
+
+
 def acquires(config: Config, state: State, universe: Universe) -> Iterable[Move]:
-    """Every acquire: each request id (and unkeyed), each distinct tie draw."""
+    """Every acquire: each request id (and unkeyed), each distinct tie draw, and with the
+    context band each context of :func:`contexts`."""
     draws = range(max(len(state.pool), 1)) if config.tie_break is not TieBreak.FIRST else (0,)
+    contexts_sent = contexts(config)
     caller_hash = config.full_determinism and config.hash_mode is HashMode.CALLER
     rids: list[str | None] = list(universe.request_ids)
     if universe.unkeyed:
@@ -81,8 +94,9 @@ def acquires(config: Config, state: State, universe: Universe) -> Iterable[Move]
             hashes = (7 * i + 1, -(7 * i + 2), None) if caller_hash else (None, -(7 * i + 2))
         for draw in (0,) if hashed_keyed else draws:
             for request_hash in hashes:
-                yield Acquire(request_id=rid, tie_draw=draw, request_hash=request_hash), \
-                    "acquire"
+                for context in contexts_sent:
+                    yield Acquire(request_id=rid, tie_draw=draw, request_hash=request_hash,
+                                  context_tokens=context), "acquire"
 
 
 def pool_changes(universe: Universe, state: State, *, add_active: bool = True,

@@ -32,7 +32,6 @@ of the state and the configuration are read.
 
 from __future__ import annotations
 
-import binascii
 import importlib
 from typing import Any
 
@@ -42,7 +41,6 @@ from affinity_core import (
     AddServers,
     ClearStickyCache,
     Config,
-    HashMode,
     LoadsObserved,
     ObserveLoads,
     Path,
@@ -55,11 +53,20 @@ from affinity_core import (
     RemoveServers,
     State,
     StickyCacheCleared,
-    TieBreak,
 )
 from affinity_core.outcomes import NO_SERVERS_MESSAGE
 
 from .bfs import Check, Edge
+from .bfs_spec_plain import (
+    _det_refusal,
+    _deterministic,
+    _keep,
+    _lease_verdict,
+    _least_loaded,
+    _Plain,
+    _plain,
+    plain_crc32,
+)
 
 __all__ = ["SPEC_CHECKS", "effects_violation", "expected_status", "plain_crc32"]
 
@@ -67,83 +74,6 @@ __all__ = ["SPEC_CHECKS", "effects_violation", "expected_status", "plain_crc32"]
 # that a negative control patching ``affinity_core.status.status`` is seen here.
 status_mod = importlib.import_module("affinity_core.status")
 allowed_mod = importlib.import_module("affinity_core.allowed")
-
-
-def plain_crc32(text: str) -> int:
-    """R-HASH-1: CRC-32/ISO-HDLC of the UTF-8 bytes (binascii, not affinity_core.hashing)."""
-    return binascii.crc32(text.encode("utf-8")) & 0xFFFFFFFF
-
-
-class _Plain:
-    """A state as plain values."""
-
-    def __init__(self, state: State) -> None:
-        items = state.pool.items()
-        self.order = [s for s, _ in items]
-        self.L = dict(items)
-        self.X = {s: state.external[s] for s in state.external}
-        self.F = {s: n - self.X.get(s, 0) for s, n in items} if self.X else self.L
-        self.lru = list(state.lru.items())
-        self.capacity = state.lru.capacity
-        self.kept, self.broken = state.affinity_kept, state.affinity_broken
-
-
-_last: list[Any] = [None, None]  # (state, _Plain): every edge of one pre-state shares it
-
-
-def _plain(state: State) -> _Plain:
-    if _last[0] is not state:
-        _last[0], _last[1] = state, _Plain(state)
-    plain: _Plain = _last[1]
-    return plain
-
-
-def _keep(c: Config, p: _Plain, pin: str) -> bool:
-    """KEEP(p) of SPEC section 10."""
-    if c.full_determinism:
-        return True
-    low, high, mine = min(p.L.values()), max(p.L.values()), p.L[pin]
-    if c.affinity_break_margin is not None:
-        return mine <= low + c.affinity_break_margin
-    gate = c.dual_threshold
-    if gate is None:
-        return True
-    u, v = gate.balance_rel_threshold.numerator, gate.balance_rel_threshold.denominator
-    imbalanced = (gate.balance_abs_threshold > 0 and high - low > gate.balance_abs_threshold
-                  and high * v > low * u)
-    return mine == low or not imbalanced
-
-
-def _least_loaded(c: Config, p: _Plain, e: Acquire) -> str:
-    """T[k] of SPEC section 8."""
-    low = min(p.L.values())
-    ties = [s for s in p.order if p.L[s] == low]
-    if c.tie_break is TieBreak.FIRST:
-        k = 0
-    elif c.tie_break is TieBreak.HASHED and e.request_id is not None:
-        k = plain_crc32(e.request_id) % len(ties)
-    else:
-        k = e.tie_draw % len(ties)
-    return ties[k]
-
-
-def _deterministic(c: Config, p: _Plain, e: Acquire) -> str:
-    """R-DET-2 / R-DET-3 (Python's % is the floored mod the spec means)."""
-    if c.hash_mode is HashMode.STABLE:
-        assert e.request_id is not None
-        return sorted(p.order)[plain_crc32(e.request_id) % len(p.order)]
-    assert e.request_hash is not None
-    return p.order[e.request_hash % len(p.order)]
-
-
-def _det_refusal(c: Config, e: Acquire) -> str | None:
-    if not c.full_determinism:
-        return None
-    if e.request_id is None:
-        return "full_determinism needs a request_id"
-    if c.hash_mode is HashMode.CALLER and e.request_hash is None:
-        return "full_determinism with hash_mode 'caller' needs request_hash"
-    return None
 
 
 Expected = tuple[Any, dict[str, Any]]  # (outcome, successor as plain values)
@@ -172,7 +102,7 @@ def _expect_acquire(c: Config, p: _Plain, e: Acquire) -> Expected:
         path = Path.RESELECTED
         lru = [(r, s) for r, s in lru if r != rid]
     else:
-        path = Path.KEPT if _keep(c, p, pinned) else Path.BROKEN
+        path = Path.KEPT if _keep(c, p, pinned, e.context_tokens) else Path.BROKEN
     if path is Path.KEPT:
         assert rid is not None and pinned is not None
         chosen = pinned
@@ -196,14 +126,6 @@ def _expect_acquire(c: Config, p: _Plain, e: Acquire) -> Expected:
     counts[chosen] += 1
     return Acquired(chosen, path, previous, evicted), {
         **same, "F": counts, "lru": lru, "counters": (kept, broken)}
-
-
-def _lease_verdict(state: State, e: Release) -> str:
-    """R-LEASE-3: the oldest open lease of (rid, s) decides."""
-    held = state.leases.held.get((e.request_id, e.server_id))
-    if not held:
-        return "unknown"
-    return "current" if held[0][0] == state.leases.epoch.get(e.server_id) else "stale"
 
 
 def _expect_release(c: Config, p: _Plain, pre: State, e: Release) -> Expected:

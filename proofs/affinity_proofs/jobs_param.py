@@ -32,10 +32,11 @@ from .z3_param_lemmas import ParamResult, param_lemma
 from .z3_param_lemmas import run as run_param
 from .z3_structures import MERGE_LEMMAS, run_merge
 
-__all__ = ["ALL_N_SCOPE", "STRUCTURE_MUTANTS", "WIDE_MUTANTS", "conformance_wide_job",
+__all__ = ["ALL_N_SCOPE", "BAND_SCOPE", "STRUCTURE_MUTANTS", "WIDE_MUTANTS", "conformance_wide_job",
            "merge_job", "structure_job", "z3_param_job"]
 
 ALL_N_SCOPE = "N >= 1, loads >= 0, margins >= 0, every integer hash"
+BAND_SCOPE = "N >= 1, loads >= 0, m >= 0, T >= 1, cap >= max(m, 1), context >= 0"
 
 _ENCODED = {  # encoded-only mutants of the all-N lemmas (no monkeypatch of the core)
     "tie_rank_counts_down": "tie rank decreases past a server above the minimum (encoded)",
@@ -44,6 +45,10 @@ _ENCODED = {  # encoded-only mutants of the all-N lemmas (no monkeypatch of the 
     "hash_truncated_mod": "deterministic index by C's remainder: negative for h < 0 "
                           "(encoded)",
     "keep_band_plus_two": "keep rule off by two: load[pin] <= min + m + 2 (encoded)",
+    "band_min_ignores_idle": "context band: the floor is the minimum over busy servers "
+                             "(encoded)",
+    "band_keep_strict_lt": "context band: load[pin] < min + band (encoded)",
+    "band_break_keeps_old_server": "context band: a break returns the old server (encoded)",
     "segments_leave_gaps": "load table: a gap between consecutive children (encoded)",
     "boundaries_unordered": "load table: children's boundaries not increasing (encoded)",
     "count_at_least": "load table: a leaf counts loads >= v, not == v (encoded)",
@@ -66,6 +71,7 @@ def _model_text(r: ParamResult) -> str:
     if not r.model:
         return "(no model)"
     keys = ("n", "loads", "other_loads", "hit", "pin", "margin_on", "margin", "m1", "m2",
+            "band_on", "tokens", "tokens2", "cap", "ctx", "ctx2", "quot",
             "gate_on", "gate_abs", "rel_num", "rel_den", "det", "hash", "other_hash",
             "least", "tie", "legacy_choice", "i", "j", "t0", "idle")
     return " ".join(f"{k}={r.model[k]}" for k in keys if k in r.model)
@@ -90,7 +96,8 @@ def z3_param_job(name: str, timeout_s: float = 30.0) -> list[Row]:
         detail += f"; FAILED: {result.verdict} {_model_text(result)}"
     kind = "Z3 induction step, all N" if "spread" in name or name.startswith("tie_") \
         else "Z3 lemma, all N"
-    return [Row(lemma.obligation, kind, ALL_N_SCOPE, holds, time.perf_counter() - start,
+    scope = BAND_SCOPE if lemma.name.startswith("band_") else ALL_N_SCOPE
+    return [Row(lemma.obligation, kind, scope, holds, time.perf_counter() - start,
                 tuple(verdicts), detail, lemma.requirements,
                 {"lemma": lemma.name, "all_n": True,
                  "results": [{"variant": r.variant, "verdict": r.verdict,

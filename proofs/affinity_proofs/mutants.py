@@ -18,6 +18,10 @@ never a model of it. The patch points are the names the machine actually calls:
   break that does not re-pin" is the BROKEN rule with ``write_pin=False``);
 * methods of ``StickyLru`` and ``LeaseBook``.
 
+The patching machinery is in :mod:`.mutants_base`; the context band's controls (patching
+``policy.keep_band`` and ``machine.keep_pin``) are in :mod:`.mutants_band` and are part of
+:data:`MUTANTS`.
+
 Where possible a mutant *wraps* the original function (``<`` is ``<=`` with margin
 ``m - 1``) instead of restating the rule, so the only rule text in this module is the
 broken part. Patching is process-global: checks run one at a time in a process.
@@ -27,7 +31,6 @@ from __future__ import annotations
 
 import importlib
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
 from typing import Any
 
 import attrs
@@ -50,165 +53,17 @@ from affinity_core.machine import ACQUIRE_RULES, TRANSITIONS, Lookup, Transition
 from affinity_core.outcomes import Rejected, RejectReason, Released
 from affinity_core.state import State
 
+from . import mutants_keep
+from .mutants_band import BAND_MUTANTS
+from .mutants_base import (
+    Mutant,
+    Patch,
+    _keep_patch,
+    allowed_mod,
+    patched,
+)
+
 __all__ = ["MUTANTS", "Mutant", "by_name", "patched"]
-
-# ``affinity_core.allowed`` the attribute is the function (re-exported by the package);
-# the module has to be fetched by name.
-allowed_mod = importlib.import_module("affinity_core.allowed")
-
-Patch = Callable[[], Iterator[None]]
-
-
-@contextmanager
-def patched(target: Any, name: Any, value: Any) -> Iterator[None]:
-    """Set ``target.name`` (or ``target[name]`` for a dict) to ``value``, then restore."""
-    is_dict = isinstance(target, dict)
-    original = target[name] if is_dict else getattr(target, name)
-    if is_dict:
-        target[name] = value
-    else:
-        setattr(target, name, value)
-    try:
-        yield
-    finally:
-        if is_dict:
-            target[name] = original
-        else:
-            setattr(target, name, original)
-
-
-@attrs.frozen
-class Mutant:
-    name: str
-    description: str
-    obligations: tuple[int, ...]  # the obligations whose checkers must refute it
-    patch: Patch
-    # The mutant's own code is the broken core and raises by design (a crash of step is
-    # its refutation, R-OUT-1); for every other mutant a crash in this module is a
-    # control that no longer fits the core ("control inconclusive").
-    raises_by_design: bool = False
-
-    @contextmanager
-    def applied(self) -> Iterator[None]:
-        with contextmanager(self.patch)():
-            yield
-
-
-_ORIGINAL_KEEP = policy.keep_pin
-
-
-def _keep_patch(keep: Callable[[Config, LoadTable, str], bool]) -> Patch:
-    def patch() -> Iterator[None]:
-        with patched(machine, "keep_pin", keep), patched(policy, "keep_pin", keep):
-            yield
-
-    return patch
-
-
-def _with_margin(config: Config, margin: int | None) -> Config:
-    return attrs.evolve(config, affinity_break_margin=margin)
-
-
-def _margin_case(config: Config) -> int | None:
-    """The margin when the margin rule applies (margin set, not deterministic)."""
-    if config.full_determinism:
-        return None
-    return config.affinity_break_margin
-
-
-def _keep_strict(
-    config: Config, pool: LoadTable, pinned: str, context_tokens: int | None = None
-) -> bool:
-    # load < min + m  <=>  load <= min + (m - 1); at m = 0 nothing is kept.
-    m = _margin_case(config)
-    if m is None:
-        return _ORIGINAL_KEEP(config, pool, pinned)
-    return m > 0 and _ORIGINAL_KEEP(_with_margin(config, m - 1), pool, pinned)
-
-
-def _keep_plus_one(
-    config: Config, pool: LoadTable, pinned: str, context_tokens: int | None = None
-) -> bool:
-    m = _margin_case(config)
-    if m is None:
-        return _ORIGINAL_KEEP(config, pool, pinned)
-    return _ORIGINAL_KEEP(_with_margin(config, m + 1), pool, pinned)
-
-
-def _keep_flipped(
-    config: Config, pool: LoadTable, pinned: str, context_tokens: int | None = None
-) -> bool:
-    # load >= min + m  <=>  not (load <= min + m - 1)
-    m = _margin_case(config)
-    if m is None:
-        return _ORIGINAL_KEEP(config, pool, pinned)
-    return m == 0 or not _ORIGINAL_KEEP(_with_margin(config, m - 1), pool, pinned)
-
-
-def _keep_margin_zero_off(
-    config: Config, pool: LoadTable, pinned: str, context_tokens: int | None = None
-) -> bool:
-    # `if margin:` instead of `if margin is not None:` -- margin 0 silently means "off".
-    if config.affinity_break_margin == 0:
-        return _ORIGINAL_KEEP(_with_margin(config, None), pool, pinned)
-    return _ORIGINAL_KEEP(config, pool, pinned)
-
-
-def _keep_none_as_zero(
-    config: Config, pool: LoadTable, pinned: str, context_tokens: int | None = None
-) -> bool:
-    if config.policy == "legacy":
-        return _ORIGINAL_KEEP(_with_margin(config, 0), pool, pinned)
-    return _ORIGINAL_KEEP(config, pool, pinned)
-
-
-def _keep_under_determinism(
-    config: Config, pool: LoadTable, pinned: str, context_tokens: int | None = None
-) -> bool:
-    return _ORIGINAL_KEEP(attrs.evolve(config, full_determinism=False), pool, pinned)
-
-
-def _others_min(pool: LoadTable, pinned: str) -> int:
-    # The natural buggy code: no default, so a one-server pool raises ValueError.
-    return min(n for s, n in pool.items() if s != pinned)
-
-
-def _keep_min_excludes_pin(
-    config: Config, pool: LoadTable, pinned: str, context_tokens: int | None = None
-) -> bool:
-    if config.full_determinism:
-        return True
-    m, gate = config.affinity_break_margin, config.dual_threshold
-    if m is not None:
-        return pool.load(pinned) <= _others_min(pool, pinned) + m
-    if gate is None or gate.balance_abs_threshold <= 0:
-        return True
-    low, high, rel = _others_min(pool, pinned), pool.max_load, gate.balance_rel_threshold
-    if pool.load(pinned) == low:
-        return True
-    return not (high - low > gate.balance_abs_threshold
-                and high * rel.denominator > low * rel.numerator)
-
-
-def _keep_min_over_busy(
-    config: Config, pool: LoadTable, pinned: str, context_tokens: int | None = None
-) -> bool:
-    # "ignore idle (warming-up) servers" when computing the band's floor
-    m = _margin_case(config)
-    if m is None:
-        return _ORIGINAL_KEEP(config, pool, pinned)
-    busy = [n for _, n in pool.items() if n > 0]
-    return pool.load(pinned) <= (min(busy) if busy else 0) + m
-
-
-def _keep_gate_inverted(
-    config: Config, pool: LoadTable, pinned: str, context_tokens: int | None = None
-) -> bool:
-    # `abs > 0` where the PR says `abs <= 0` disables the gate: the gate never fires.
-    gate = config.dual_threshold
-    if gate is not None and not config.full_determinism and gate.balance_abs_threshold > 0:
-        return True
-    return _ORIGINAL_KEEP(config, pool, pinned)
 
 
 def _rule_patch(lookup: Lookup, **changes: Any) -> Patch:
@@ -396,23 +251,23 @@ def _cache_size_zero_accepted() -> Iterator[None]:
 
 MUTANTS: tuple[Mutant, ...] = (
     Mutant("keep_strict_lt", "keep rule uses < instead of <= (load[pin] < min + m)", (6,),
-           _keep_patch(_keep_strict)),
+           _keep_patch(mutants_keep.keep_strict)),
     Mutant("keep_band_plus_one", "keep rule is off by one: load[pin] <= min + m + 1", (3,),
-           _keep_patch(_keep_plus_one)),
+           _keep_patch(mutants_keep.keep_plus_one)),
     Mutant("margin_zero_means_off", "`if margin:` -- margin 0 is treated as no margin", (4,),
-           _keep_patch(_keep_margin_zero_off)),
+           _keep_patch(mutants_keep.keep_margin_zero_off)),
     Mutant("keep_comparison_flipped", "keep rule compares >= instead of <=", (5,),
-           _keep_patch(_keep_flipped)),
+           _keep_patch(mutants_keep.keep_flipped)),
     Mutant("margin_null_as_zero", "margin None is evaluated as margin 0", (1,),
-           _keep_patch(_keep_none_as_zero)),
+           _keep_patch(mutants_keep.keep_none_as_zero)),
     Mutant("margin_under_determinism", "margin applied under full_determinism", (2,),
-           _keep_patch(_keep_under_determinism)),
+           _keep_patch(mutants_keep.keep_under_determinism)),
     Mutant("min_excludes_pin", "band/gate minimum excludes the pinned server", (11,),
-           _keep_patch(_keep_min_excludes_pin), raises_by_design=True),
+           _keep_patch(mutants_keep.keep_min_excludes_pin), raises_by_design=True),
     Mutant("min_ignores_idle", "band floor is the minimum over busy servers only", (12,),
-           _keep_patch(_keep_min_over_busy)),
+           _keep_patch(mutants_keep.keep_min_over_busy)),
     Mutant("gate_disable_inverted", "PR #6533 gate: abs > 0 disables instead of abs <= 0",
-           (13,), _keep_patch(_keep_gate_inverted)),
+           (13,), _keep_patch(mutants_keep.keep_gate_inverted)),
     Mutant("ties_last_in_order", "least-loaded ties go to the last server in pool order",
            (1,), _ties_last),
     Mutant("break_keeps_old_server", "BROKEN rule stays on the pinned server", (7,),
@@ -451,6 +306,7 @@ MUTANTS: tuple[Mutant, ...] = (
            "request_hash also in stable mode", (18,), _stable_mode_demands_hash),
     Mutant("cache_size_zero_accepted", "max_cache_size 0 is accepted", (19,),
            _cache_size_zero_accepted),
+    *BAND_MUTANTS,
 )
 
 _BY_NAME = {m.name: m for m in MUTANTS}

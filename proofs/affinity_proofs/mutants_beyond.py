@@ -25,7 +25,8 @@ import affinity_core.machine as machine
 import affinity_core.policy as policy
 from affinity_core import Acquire, Config, HashMode, LoadTable, StickyLru, TieBreak
 
-from .mutants import _ORIGINAL_KEEP, Mutant, _keep_patch, allowed_mod, by_name, patched
+from .mutants import by_name
+from .mutants_base import _ORIGINAL_KEEP, Mutant, _keep_patch, allowed_mod, patched
 
 __all__ = ["BEYOND_SMALL_MUTANTS", "beyond_by_name"]
 
@@ -62,7 +63,7 @@ def _keep_gate_relative_inverted(
 ) -> bool:
     gate = config.dual_threshold
     if gate is None or config.full_determinism or config.affinity_break_margin is not None:
-        return _ORIGINAL_KEEP(config, pool, pinned)
+        return _ORIGINAL_KEEP(config, pool, pinned, context_tokens)
     low, high, rel = pool.min_load, pool.max_load, gate.balance_rel_threshold
     if pool.load(pinned) == low or gate.balance_abs_threshold <= 0:
         return True

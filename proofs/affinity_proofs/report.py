@@ -36,7 +36,7 @@ OBLIGATIONS: tuple[Obligation, ...] = (
                ("R-REL-1", "R-KEEP-1", "R-TIE-1")),
     Obligation(1, "Default-null equivalence with the legacy model",
                ("R-LEG-1", "R-LEASE-1", "R-LRU-1", "R-LRU-2", "R-LRU-3", "R-RLS-1",
-                "R-CLR-1", "R-STAT-1")),
+                "R-CLR-1", "R-STAT-1", "R-BAND-3")),
     Obligation(2, "Determinism under full_determinism",
                ("R-DET-1", "R-DET-2", "R-DET-3", "R-DET-4", "R-HASH-1")),
     Obligation(3, "Bounded skew per decision", ("R-SKEW-1", "R-SKEW-2", "R-SKEW-3", "R-SKEW-4",
@@ -65,7 +65,9 @@ OBLIGATIONS: tuple[Obligation, ...] = (
     Obligation(18, "Deterministic mode: inputs and index", ("R-ACQ-9", "R-DET-2", "R-DET-3",
                                                             "R-HASH-1")),
     Obligation(19, "Configuration validation", ("R-CFG-1", "R-CFG-2", "R-CFG-3", "R-CFG-4",
-                                                "R-CFG-5", "R-POL-1")),
+                                                "R-CFG-5", "R-CFG-6", "R-POL-1")),
+    Obligation(20, "The context band: exact, capped, monotone, selective, inert when off",
+               ("R-BAND-1", "R-BAND-2", "R-BAND-3", "R-BAND-4", "R-BAND-5")),
 )
 _BY_NUMBER = {o.number: o for o in OBLIGATIONS}
 

@@ -96,10 +96,13 @@ def _cfg(**kw: object) -> Config:
 def _runs(big: Universe, wide: Universe, cap: int, cache: int, lease: Universe,
           lease_keyed: Universe, lease_cap: int, big_gate: bool = False,
           big_lockstep: bool = False, observed: Universe | None = None,
-          wide_cap: int | None = None) -> tuple[BfsRun, ...]:
+          wide_cap: int | None = None, band: Universe | None = None) -> tuple[BfsRun, ...]:
     """The BFS runs of a scope. ``big``: the 3-server universe (runs where a third server
-    matters); ``wide``: 2 servers with more request ids (eviction, unkeyed requests)."""
+    matters); ``wide``: 2 servers with more request ids (eviction, unkeyed requests);
+    ``band``: the context band's second universe (each acquire comes with six contexts)."""
     observed = observed or attrs.evolve(_u(2, "ab", False), observe_max=1)
+    band = band or _u(2, "ab")
+    band_det = _u(2, "a", False)
     wcap = cap if wide_cap is None else wide_cap
 
     def c(**kw: object) -> Config:
@@ -143,6 +146,17 @@ def _runs(big: Universe, wide: Universe, cap: int, cache: int, lease: Universe,
         BfsRun("limit: ambiguous lease releases",
                c(affinity_break_margin=1, lease_accounting=True), lease_keyed, cap, lease_cap,
                env="lease+ambiguous"),
+        # The context band (obligation 20): each acquire with the contexts absent, 0, T - 1,
+        # T, 2T, 10^9. m 0 / T 2 / cap 1 reaches the cap at c = 2T; m 1 / T 2 / cap 2 widens
+        # above a margin >= 1 and needs load 3 to show the cap; under full_determinism a
+        # pin at min + 1 is kept only because the band is ignored (m 0).
+        BfsRun("band m0 T2 cap1", c(affinity_break_margin=0, affinity_break_tokens=2,
+                                    affinity_break_band_cap=1), band, wcap),
+        BfsRun("band m1 T2 cap2", c(affinity_break_margin=1, affinity_break_tokens=2,
+                                    affinity_break_band_cap=2), band, cap + 1),
+        BfsRun("band m0 T2 cap1, full_determinism caller",
+               c(affinity_break_margin=0, affinity_break_tokens=2, affinity_break_band_cap=1,
+                 full_determinism=True), band_det, max(cap - 1, 1)),
     )
 
 

@@ -64,6 +64,12 @@ class Rules:
     break_stays: bool = False  # a "break" returns the old server
     break_repins: bool = True
     ties_from_end: bool = False  # least-loaded ties counted from the last server
+    # The context band (R-BAND-1), encoded only by z3_param.Pool(band=True):
+    band_div: str = "floor"  # c // T; "ceil", "times" (c * T), "mod" (c % T)
+    band_no_cap: bool = False  # min(..., cap) forgotten
+    band_forgets_margin: bool = False  # min(c // T, cap): the band can be below m
+    band_under_det: bool = False  # the band evaluated under full_determinism
+    context_without_tokens: bool = False  # T null, yet the context widens the margin
 
 
 SPEC = Rules()  # the rules as specified (and as the core implements them)

@@ -44,8 +44,8 @@ import z3
 
 from .z3_model import SPEC, Rules
 
-__all__ = ["Pool", "PoolDecision", "decide", "det_index", "in_pool", "keep_rule", "legacy_decide",
-           "post_loads", "rank_defs"]
+__all__ = ["Pool", "PoolDecision", "band_width", "decide", "det_index", "in_pool", "keep_rule",
+           "legacy_decide", "post_loads", "rank_defs"]
 
 
 Term = Any  # z3 expressions are untyped for mypy
@@ -68,7 +68,7 @@ class Pool:
     """The symbolic inputs of one acquire over a pool of ``n`` servers, ``n`` unknown."""
 
     def __init__(self, prefix: str = "", n: Term | None = None,
-                 loads: Term | None = None) -> None:
+                 loads: Term | None = None, band: bool = False) -> None:
         def i(name: str) -> Term:
             return z3.Int(f"{prefix}{name}")
 
@@ -92,6 +92,12 @@ class Pool:
         self.w_busy = i("w_busy")
         self.busy_floor = self._busy(self.w_busy)
         self._k = z3.Int(f"{prefix}k")
+        # The context band (R-BAND-1), only in ``band=True`` pools, so the margin's
+        # formulas stay exactly as they were: T, cap, the context c and c = q*T + r with
+        # 0 <= r < T -- floor division, stated without a division operator.
+        self.band = band
+        self.band_on, self.tokens, self.cap = b("band_on"), i("tokens"), i("cap")
+        self.ctx, self.quot, self.rem = i("ctx"), i("quot"), i("rem")
 
     def _busy(self, k: Term) -> Term:
         return z3.If(self.loads[k] > 0, self.loads[k], self.high)
@@ -115,7 +121,20 @@ class Pool:
             in_pool(self.w_busy, self.n),
             self.margin >= 0, z3.Not(z3.And(self.margin_on, self.gate_on)),
             self.rel_den >= 1, self.rel_num >= self.rel_den,
+            *([self.band_domain()] if self.band else []),
         )
+
+    def band_domain(self) -> Term:
+        """R-CFG-6 and R-BAND-1: T >= 1 and max(m, 1) <= cap, only with a margin; c >= 0
+        split as ``c = q*T + r``, ``0 <= r < T``. True in a pool without the band."""
+        if not self.band:
+            return z3.BoolVal(True)
+        return z3.And(
+            self.ctx >= 0,
+            z3.Implies(self.band_on, z3.And(
+                self.margin_on, self.tokens >= 1, self.cap >= 1, self.cap >= self.margin,
+                self.ctx == self.quot * self.tokens + self.rem,
+                self.rem >= 0, self.rem < self.tokens)))
 
 
 def rank_defs(p: Pool, rank: Term, from_end: bool = False) -> Term:
@@ -140,9 +159,23 @@ class PoolDecision:
     pin_after: Term
 
 
+def band_width(p: Pool, rules: Rules = SPEC) -> Term:
+    """The skew a hit tolerates: ``min(m + c // T, cap)`` with the band on (R-BAND-1),
+    else the margin ``m`` -- the context is not read (R-BAND-3)."""
+    m = p.margin
+    if not p.band:
+        return m
+    quotient = {"floor": p.quot, "ceil": p.quot + z3.If(p.rem > 0, 1, 0),
+                "times": p.ctx * p.tokens, "mod": p.rem}[rules.band_div]
+    wide = (0 if rules.band_forgets_margin else m) + quotient
+    band = wide if rules.band_no_cap else z3.If(wide < p.cap, wide, p.cap)
+    off = m + p.ctx if rules.context_without_tokens else m
+    return z3.If(p.band_on, band, off)
+
+
 def keep_rule(p: Pool, rules: Rules = SPEC, margin: Term | None = None) -> Term:
-    """Whether a sticky hit keeps its pin (R-KEEP-1, R-GATE-1, R-DET-4)."""
-    m = p.margin if margin is None else margin
+    """Whether a sticky hit keeps its pin (R-KEEP-1, R-GATE-1, R-DET-4, R-BAND-1/5)."""
+    m = band_width(p, rules) if margin is None else margin
     low, high, own = p.low, p.high, p.own
     floor = p.busy_floor if rules.floor_over_busy else low
     bound = floor + m + rules.keep_slack
@@ -162,7 +195,11 @@ def keep_rule(p: Pool, rules: Rules = SPEC, margin: Term | None = None) -> Term:
                                                   z3.If(margin_active, band, True)))
     else:
         policy = z3.If(p.gate_on, gate_keep, z3.If(margin_active, band, True))
-    return policy if rules.margin_under_det else z3.Or(p.det, policy)
+    if rules.margin_under_det:
+        return policy
+    if p.band and rules.band_under_det:
+        return z3.If(p.band_on, policy, z3.Or(p.det, policy))
+    return z3.Or(p.det, policy)
 
 
 def decide(p: Pool, rules: Rules = SPEC, det_mod: str = "floor",

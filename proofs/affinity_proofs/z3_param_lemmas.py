@@ -279,10 +279,14 @@ PARAM_LEMMAS: tuple[ParamLemma, ...] = (
 
 
 def param_lemma(name: str) -> ParamLemma:
-    for lemma in PARAM_LEMMAS:
+    """A lemma of this module or of the context band's (:mod:`.z3_band_lemmas`)."""
+    from .z3_band_lemmas import BAND_LEMMAS  # it builds on this module
+
+    known = (*PARAM_LEMMAS, *BAND_LEMMAS)
+    for lemma in known:
         if lemma.name == name:
             return lemma
-    raise KeyError(f"unknown all-N lemma {name!r}; known: {[x.name for x in PARAM_LEMMAS]}")
+    raise KeyError(f"unknown all-N lemma {name!r}; known: {[x.name for x in known]}")
 
 
 def _model(model: Any) -> dict[str, Any]:
