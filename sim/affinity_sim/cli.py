@@ -50,7 +50,7 @@ def register(parser: argparse.ArgumentParser) -> None:
              "removed at a time)")
     parser.add_argument("--seeds", type=int, default=None, metavar="N",
                         help="seeds per workload (paired; default: the preset's: 30 for pr7435, "
-                             "10 for pr7435-scale, 2 for its ablation)")
+                             "10 for pr7435-scale, 3 for its ablation)")
     parser.add_argument("--first-seed", type=int, default=None, metavar="N",
                         help="first seed (default: the preset's, 0)")
     parser.add_argument(

@@ -104,9 +104,21 @@ class ReplicaModel:
     block_size: int = 16
     max_num_seqs: int = 1024
     max_num_batched_tokens: int = 8192
+    # vLLM before #48860 (merged 2026-07-16; 0.24.0, verl 0.9.1's pin, predates it) records
+    # a prefix-cache lookup at every scheduler step that tries a waiting request, also when
+    # its KV allocation then fails: a request blocked at the head of the queue is counted
+    # once per iteration until admitted. True reproduces that exported hit rate.
+    count_blocked_lookups: bool = False
+    # vLLM V1's scheduler admits no waiting request in a step that preempted a running one
+    # (``if not preempted_reqs``); False keeps the calibrated presets' older behaviour.
+    skip_waiting_after_preemption: bool = False
 
     def __attrs_post_init__(self) -> None:
         _positive("decode_fixed_s", self.decode_fixed_s)
+        for flag in ("count_blocked_lookups", "skip_waiting_after_preemption"):
+            value = getattr(self, flag)
+            if not isinstance(value, bool):
+                raise ValueError(f"{flag} must be true or false, got {value!r}")
         for key in ("per_token_s", "kv_read_s_per_token", "prefill_attn_s_per_pair"):
             value = getattr(self, key)
             if not value >= 0:

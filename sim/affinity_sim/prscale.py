@@ -47,6 +47,7 @@ pr7435-scale-ablation``), the evidence for which feature moves which number.
 
 from __future__ import annotations
 
+import math
 import statistics
 from collections.abc import Sequence
 
@@ -68,22 +69,37 @@ RETOOL_UTILIZATION = 0.9  # recipe/retool/run_qwen2-32b_dapo.sh
 AGENT_WORKERS = 8  # verl rollout.agent.num_workers default
 
 
+# Output length per turn: lognormal with log-sigma 0.8 overall (the calibrated preset's
+# assumption), half of its variance between prompts (a per-prompt difficulty shared by the
+# 16 samples, every turn) and half within: an a-priori even split, not fitted.
+OUTPUT_SIGMA = 0.8
+DIFFICULTY_SIGMA = OUTPUT_SIGMA / math.sqrt(2)
+WITHIN_SIGMA = math.sqrt(OUTPUT_SIGMA**2 - DIFFICULTY_SIGMA**2)
+
+
 def replica_model(gpu_memory_utilization: float, max_num_seqs: int = VERL_MAX_NUM_SEQS
                   ) -> ReplicaModel:
+    """The Qwen2.5-32B TP4 H200 replica as verl 0.9.1 runs it on vLLM 0.24.0 (its pin).
+
+    vLLM 0.24.0 exports a hit rate that counts every lookup of a KV-blocked queue head
+    (fixed after it, #48860) and its scheduler admits nobody in a step that preempted.
+    """
     model = derive(QWEN25_32B, H200_SXM, gpus=4, gpu_memory_utilization=gpu_memory_utilization)
-    return attrs.evolve(model, max_num_seqs=max_num_seqs)
+    return attrs.evolve(model, max_num_seqs=max_num_seqs, count_blocked_lookups=True,
+                        skip_waiting_after_preemption=True)
 
 
-# (name, description, PR context, output median fitted to that context, max_context,
-#  gpu_memory_utilization, the PR's baseline hit rate -- reported, never used)
+# (name, description, PR context, output median fitted to that context with correlated
+#  lengths, the same fitted with independent lengths (the no-difficulty ablation),
+#  max_context, gpu_memory_utilization, the PR's baseline hit rate -- reported, never used)
 _ROWS = (
-    ("ctx2k", "~2.2K context, verl default pool", 2200, 408, 4096, VERL_DEFAULT_UTILIZATION,
-     0.087),
-    ("ctx9k", "~8.7K context, verl default pool", 8700, 2_116, 16_384,
+    ("ctx2k", "~2.2K context, verl default pool", 2200, 450, 408, 4096,
+     VERL_DEFAULT_UTILIZATION, 0.087),
+    ("ctx9k", "~8.7K context, verl default pool", 8700, 2_370, 2_116, 16_384,
      VERL_DEFAULT_UTILIZATION, 0.053),
-    ("ctx20k", "~19.8K context, verl default pool", 19800, 5_487, 32_768,
+    ("ctx20k", "~19.8K context, verl default pool", 19800, 6_198, 5_487, 32_768,
      VERL_DEFAULT_UTILIZATION, 0.016),
-    ("ctx9k-bigkv", "~8.7K context, large KV pool (0.9)", 8700, 2_116, 16_384,
+    ("ctx9k-bigkv", "~8.7K context, large KV pool (0.9)", 8700, 2_370, 2_116, 16_384,
      RETOOL_UTILIZATION, 0.997),
 )
 _PR_REFERENCE = (
@@ -111,7 +127,8 @@ def _workload(name: str, description: str, output_median: float, max_context: in
         prompt_tokens=parse("prompt_tokens", {"dist": "lognormal", "median": 400, "sigma": 0.3,
                                               "min": 128, "max": 2048}),
         output_tokens=parse("output_tokens", {"dist": "lognormal", "median": output_median,
-                                              "sigma": 0.8}),
+                                              "sigma": WITHIN_SIGMA}),
+        difficulty_sigma=DIFFICULTY_SIGMA,
         tool_tokens=parse("tool_tokens", {"dist": "lognormal", "median": 64, "sigma": 1.0,
                                           "min": 12, "max": 268}),
         tool_latency_s=parse("tool_latency_s", {"dist": "lognormal", "median": 0.02,
@@ -124,8 +141,11 @@ def _workload(name: str, description: str, output_median: float, max_context: in
     )
 
 
+_INDEPENDENT_MEDIAN = {name: median for name, _, _, _, median, *_ in _ROWS}
+
+
 def scale_workloads(prompts: int = 512) -> tuple[Workload, ...]:
-    return tuple(_workload(n, d, m, mc, u, t, prompts) for n, d, _, m, mc, u, t in _ROWS)
+    return tuple(_workload(n, d, m, mc, u, t, prompts) for n, d, _, m, _, mc, u, t in _ROWS)
 
 
 def scale_sweep(name: str = "pr7435-scale") -> Sweep:
@@ -133,6 +153,13 @@ def scale_sweep(name: str = "pr7435-scale") -> Sweep:
         parse_policies(SCALE_POLICIES)), seeds=10, reference=_PR_REFERENCE,
         description="PR #7435's rows at 512 x 16 trajectories on 16 replicas, the pool "
                     "derived from the model; predicted, not fitted")
+
+
+def _independent(w: Workload) -> Workload:
+    """Independent lengths, log-sigma 0.8, the median fitted to the same context."""
+    median = _INDEPENDENT_MEDIAN[w.name.partition("/")[0]]
+    return attrs.evolve(w, difficulty_sigma=0.0, output_tokens=parse(
+        "output_tokens", {"dist": "lognormal", "median": median, "sigma": OUTPUT_SIGMA}))
 
 
 def _ablate(w: Workload, feature: str) -> Workload:
@@ -143,23 +170,29 @@ def _ablate(w: Workload, feature: str) -> Workload:
     if feature == "max-seqs-1024":
         return attrs.evolve(w, model=attrs.evolve(w.model, max_num_seqs=1024))
     if feature == "pool-0.9":
-        return attrs.evolve(w, model=replica_model(RETOOL_UTILIZATION))
+        return attrs.evolve(w, model=attrs.evolve(w.model, kv_capacity_tokens=replica_model(
+            RETOOL_UTILIZATION).kv_capacity_tokens))
     if feature == "ties-draw":
         return attrs.evolve(w, tie_break="draw")
     if feature == "small-step":
         return attrs.evolve(w, prompts=32)
     if feature == "single-turn":
         return attrs.evolve(w, turns=parse("turns", {"dist": "constant", "value": 1}))
+    if feature == "no-difficulty":
+        return _independent(w)
+    if feature == "admit-after-preemption":
+        return attrs.evolve(w, model=attrs.evolve(w.model, skip_waiting_after_preemption=False))
     raise ValueError(f"unknown ablation {feature!r}; accepted: {', '.join(ABLATIONS)}")
 
 
 # Each removes one modelled feature (or replaces an a-priori choice by its alternative).
-ABLATIONS = ("no-prefix-sharing", "no-worker-interleave", "ties-draw", "max-seqs-1024",
-             "pool-0.9", "small-step", "single-turn")
+ABLATIONS = ("no-difficulty", "admit-after-preemption", "no-prefix-sharing",
+             "no-worker-interleave", "ties-draw", "max-seqs-1024", "pool-0.9", "small-step",
+             "single-turn")
 
 
 def ablation_sweep() -> Sweep:
-    """Every row with each feature removed in turn (legacy and margin-2, 2 seeds)."""
+    """Every row with each feature removed in turn (legacy and margin-2, 3 seeds)."""
     base = scale_workloads()
     workloads = list(base)
     for feature in ABLATIONS:
@@ -169,16 +202,22 @@ def ablation_sweep() -> Sweep:
             workloads.append(attrs.evolve(_ablate(w, feature), name=f"{w.name}/{feature}",
                                           description=f"{w.description}; ablation {feature}"))
     return Sweep(name="pr7435-scale-ablation", workloads=tuple(workloads),
-                 policies=tuple(parse_policies(("legacy", "margin-2"))), seeds=2,
+                 policies=tuple(parse_policies(("legacy", "margin-2"))), seeds=3,
                  description="pr7435-scale with one modelled feature removed at a time")
 
 
-def fit_contexts(seeds: Sequence[int] = (1000, 1001)) -> dict[str, tuple[float, float]]:
-    """Per row: (output median, achieved mean final context), bisected to the PR's context."""
+def fit_contexts(seeds: Sequence[int] = (1000, 1001), independent: bool = False
+                 ) -> dict[str, tuple[float, float]]:
+    """Per row: (output median, achieved mean final context), bisected to the PR's context.
+
+    ``independent``: for the no-difficulty ablation's lengths.
+    """
     from .calibrate import fit_output_median
 
     out: dict[str, tuple[float, float]] = {}
     for w in scale_workloads():
+        if independent:
+            w = _independent(w)
         fitted, achieved = fit_output_median(w, CONTEXTS[w.name], seeds)
         out[w.name] = (dict(fitted.output_tokens.params)["median"], achieved)
     return out
@@ -190,5 +229,8 @@ def mean_context(workload: Workload, seeds: Sequence[int] = (0, 1)) -> float:
 
 
 if __name__ == "__main__":
-    for row, (median, context) in fit_contexts().items():
-        print(f"{row}: output median {median:,.0f} -> mean final context {context:,.0f}")
+    for label, independent in (("correlated (the preset)", False),
+                               ("independent (no-difficulty)", True)):
+        print(label)
+        for row, (median, context) in fit_contexts(independent=independent).items():
+            print(f"  {row}: output median {median:,.0f} -> mean final context {context:,.0f}")

@@ -9,6 +9,8 @@ The replica runs back-to-back *iterations* while it has work, like vLLM's engine
    to produce. If the pool cannot give the blocks, the most recently admitted running
    request is preempted (vLLM's recompute preemption): its blocks are freed into the
    prefix cache and it goes back to the head of the waiting queue, keeping its progress.
+   With ``skip_waiting_after_preemption`` (vLLM V1's ``if not preempted_reqs``) an
+   iteration that preempted admits nobody; admission is tried again the next iteration.
 2. **Prefill.** The iteration's token budget (``max_num_batched_tokens``) minus one token
    per decoding sequence goes to unfinished prefills, then to waiting requests in FCFS
    order. A waiting request is admitted if a slot is free (``max_num_seqs``) and the KV
@@ -33,9 +35,13 @@ only when it is preempted or retires.
 
 Statistics: prefix-cache queries and hits in tokens, per admission; as in vLLM's
 ``PrefixCacheStats``, the re-lookup of a preempted request is counted apart and is not part
-of the exported hit rate. Also prefill tokens, preemptions, iterations, and idle
-time (no running and no waiting request). Queue length changes are reported to a
-:class:`QueueTracker` shared by the fleet.
+of the exported hit rate. With ``count_blocked_lookups`` (vLLM before #48860, e.g. 0.24)
+the lookups of a head-of-queue request whose KV allocation fails are counted too, one per
+iteration (``retry_*``): exactly at a mixed iteration, and for the ``k - 1`` further
+iterations of a decode run with the mean of the head's hits at the run's start and end
+(its cached blocks can only shrink during the run; exact when nothing of it is evicted).
+Also prefill tokens, preemptions, iterations, and idle time (no running and no waiting
+request). Queue length changes are reported to a :class:`QueueTracker` shared by the fleet.
 
 Known simplifications (see sim/README.md): blocks of a prompt become hits for a sibling
 sample as soon as they are allocated, not when computed; a request whose shared prompt
@@ -98,6 +104,10 @@ class Replica(LazyDecoders):
         self.hit_tokens = 0
         self.preempted_query_tokens = 0
         self.preempted_hit_tokens = 0
+        self.retry_query_tokens = 0  # failed-admission lookups (count_blocked_lookups)
+        self.retry_hit_tokens = 0
+        self.blocked: Request | None = None  # the head whose admission failed this iteration
+        self.blocked_hit = 0  # its cached tokens at that lookup
         self.prefill_tokens = 0
         self.preemptions = 0
         self.iterations = 0
@@ -130,30 +140,35 @@ class Replica(LazyDecoders):
                 self.idle_time += env.now - self.idle_since
                 self.idle_since = None
                 continue
-            self._make_room()
+            preempted = self._make_room()
+            # vLLM's scheduler leaves the waiting queue alone in a step that preempted.
+            hold = preempted and self.model.skip_waiting_after_preemption
             headroom = self._growth(1)  # kept free for the decoders' next token
-            chunks = self._schedule_prefill(self.decoders, headroom)
+            chunks = self._schedule_prefill(self.decoders, headroom, admit=not hold)
             if chunks:
                 yield env.timeout(self._mixed_time(chunks))
                 self._finish_mixed(chunks)
             elif self.running:
-                yield from self._decode_run()
+                yield from self._decode_run(1 if hold else 0)  # retry admission next step
 
     def _blocks(self, tokens: int) -> int:
         return -(-tokens // self.block)
 
-    def _make_room(self) -> None:
+    def _make_room(self) -> bool:
         """Preempt the newest running requests until every decoder has its next slot."""
         bs = self.block
         running = self.running
         need = self._count_at_offset(bs - 1)  # decoders whose next token opens a block
         available = self.kv.available
+        preempted = False
         while running and need > available:
             victim = running.pop()
             if victim.decoding and (victim.phase + self.clock) % bs == bs - 1:
                 need -= 1
             self._preempt(victim)
+            preempted = True
             available = self.kv.available
+        return preempted
 
     def _preempt(self, victim: Request) -> None:
         if victim.decoding:
@@ -195,7 +210,8 @@ class Replica(LazyDecoders):
             self.hit_tokens += hit_tokens
         return True
 
-    def _schedule_prefill(self, decoding: int, headroom: int) -> list[tuple[Request, int]]:
+    def _schedule_prefill(self, decoding: int, headroom: int, admit: bool = True
+                          ) -> list[tuple[Request, int]]:
         model = self.model
         budget = model.max_num_batched_tokens - decoding
         chunks: list[tuple[Request, int]] = []
@@ -206,9 +222,14 @@ class Replica(LazyDecoders):
             chunks.append((r, n))
             budget -= n
         waiting = self.waiting
-        while budget > 0 and waiting and len(self.running) < model.max_num_seqs:
+        self.blocked = None
+        while admit and budget > 0 and waiting and len(self.running) < model.max_num_seqs:
             head = waiting[0]
             if not self._admit(head, headroom):
+                if model.count_blocked_lookups:
+                    self.blocked = head
+                    self.blocked_hit = self._cached_tokens(head)
+                    self._count_retries(head, 1, self.blocked_hit)
                 break  # FCFS: the head blocks the queue
             waiting.popleft()
             self.running.append(head)
@@ -264,11 +285,14 @@ class Replica(LazyDecoders):
         for r in done:
             running.remove(r)  # identity match; done is a handful, running a few hundred
 
-    def _decode_run(self) -> Generator[simpy.Event, Any, None]:
+    def _decode_run(self, limit: int = 0) -> Generator[simpy.Event, Any, None]:
+        """Decode iterations up to the next event (at most ``limit`` when it is > 0)."""
         env = self.env
         model = self.model
         # Every running request decodes: a run starts only when no prefill is pending.
         k = self._next_finish() - self.clock
+        if limit:
+            k = min(k, limit)
         if self._growth(k) > self.kv.available:
             k = self._largest_fitting_run(k)
         batch = self.decoders
@@ -292,7 +316,23 @@ class Replica(LazyDecoders):
             yield env.timeout(elapsed(k))
         self.iterations += k
         self._advance(k)
+        head = self.blocked
+        if head is not None and k > 1:
+            # vLLM retried the head at each of the run's k - 1 later iterations.
+            self._count_retries(head, k - 1, (self.blocked_hit + self._cached_tokens(head)) / 2)
         self._retire()
+
+    def _cached_tokens(self, r: Request) -> int:
+        return self.kv.lookup(r.group_key, r.shared, r.traj, r.tokens) * self.block
+
+    def _count_retries(self, r: Request, lookups: int, hit_tokens: float) -> None:
+        """``lookups`` failed-admission lookups of ``r``, each finding ``hit_tokens``."""
+        if r.preempted:
+            self.preempted_query_tokens += lookups * r.tokens
+            self.preempted_hit_tokens += round(lookups * hit_tokens)
+        else:
+            self.retry_query_tokens += lookups * r.tokens
+            self.retry_hit_tokens += round(lookups * hit_tokens)
 
     def _advance(self, k: int) -> None:
         """``k`` decode iterations: each decoder samples ``k`` tokens and pins new blocks."""

@@ -51,7 +51,9 @@ class StepResult:
     policy: str
     seed: int
     step_time_s: float
-    prefix_hit_rate: float  # cached / looked-up prompt tokens of new requests (vLLM's metric)
+    # cached / looked-up prompt tokens of new requests, as the replica model's vLLM exports
+    # it (with count_blocked_lookups: every failed-admission lookup too)
+    prefix_hit_rate: float
     query_tokens: int
     hit_tokens: int
     preempted_query_tokens: int  # re-lookups after preemption, counted apart as vLLM does
@@ -69,6 +71,10 @@ class StepResult:
     self_count_acquires: int  # acquires that saw the session's previous turn unreleased
     ignored_releases: int
     requests_per_replica: tuple[int, ...] = ()  # acquires routed to each replica
+    # Lookups of requests whose KV allocation failed (counted with count_blocked_lookups).
+    retry_query_tokens: int = 0
+    retry_hit_tokens: int = 0
+    admission_hit_rate: float = 0.0  # one lookup per admitted request (vLLM >= #48860)
 
     def as_dict(self) -> dict[str, Any]:
         return attrs.asdict(self)
@@ -163,6 +169,9 @@ class _Step:
         replicas = list(self.replicas.values())
         query = sum(r.query_tokens for r in replicas)
         hits = sum(r.hit_tokens for r in replicas)
+        retry_query = sum(r.retry_query_tokens for r in replicas)
+        retry_hits = sum(r.retry_hit_tokens for r in replicas)
+        looked_up = query + retry_query
         idle = sum(r.idle_time_until(end) for r in replicas)
         paths = self.balancer.paths
         span = end if end > 0 else 1.0
@@ -171,7 +180,7 @@ class _Step:
             policy=policy.name,
             seed=seed,
             step_time_s=end,
-            prefix_hit_rate=hits / query if query else 0.0,
+            prefix_hit_rate=(hits + retry_hits) / looked_up if looked_up else 0.0,
             query_tokens=query,
             hit_tokens=hits,
             preempted_query_tokens=sum(r.preempted_query_tokens for r in replicas),
@@ -189,6 +198,9 @@ class _Step:
             self_count_acquires=self.self_count,
             ignored_releases=self.balancer.ignored_releases,
             requests_per_replica=tuple(self.balancer.served.values()),
+            retry_query_tokens=retry_query,
+            retry_hit_tokens=retry_hits,
+            admission_hit_rate=hits / query if query else 0.0,
         )
 
 

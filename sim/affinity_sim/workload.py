@@ -18,6 +18,12 @@ and a trajectory that reaches the limit ends there.
 the simulation starts. The routing policy can therefore never change the workload: for a
 given seed every policy replays the same trajectories (the pairing of the comparison).
 
+**Difficulty.** With ``difficulty_sigma`` > 0 every prompt draws a factor
+``D = exp(N(0, difficulty_sigma))`` (its own RNG stream, ``difficulty:<seed>``) that
+multiplies every output length of all its samples: a hard prompt is long in every turn
+and for every sample, as GRPO groups are. With ``difficulty_sigma = 0`` (the default) no
+factor is drawn and the plans are exactly those of a workload without the feature.
+
 Samples of one prompt share its token content. The KV cache model uses that: the full
 blocks of the prompt are one shared segment per prompt group, so two samples on one
 replica hit each other's prompt blocks, as vLLM's hashed prefix cache does.
@@ -78,6 +84,9 @@ class Workload:
     # At most this many turns in flight across the step (a client-side semaphore, as in
     # affinity_vllm.workload.drive); 0 = unbounded (verl launches the whole batch).
     client_concurrency: int = 0
+    # Log-sigma of a per-prompt difficulty factor multiplying every output length of the
+    # prompt's samples (correlated lengths within a GRPO group); 0 = independent draws.
+    difficulty_sigma: float = 0.0
 
     def __attrs_post_init__(self) -> None:
         _count("replicas", self.replicas)
@@ -91,6 +100,7 @@ class Workload:
                 f"share_prompt_prefix must be true or false, got {self.share_prompt_prefix!r}"
             )
         _non_negative("acquire_latency_s", self.acquire_latency_s)
+        _non_negative("difficulty_sigma", self.difficulty_sigma)
         _non_negative("release_delay_s", self.release_delay_s)
         if self.tie_break not in ("first", "draw", "hashed"):
             raise ValueError(
@@ -128,6 +138,7 @@ class Workload:
             "agent_workers": self.agent_workers,
             "share_prompt_prefix": self.share_prompt_prefix,
             "client_concurrency": self.client_concurrency,
+            "difficulty_sigma": self.difficulty_sigma,
             "model": attrs.asdict(self.model),
         }
 
@@ -155,10 +166,14 @@ class TrajectoryPlan:
 def plan_step(workload: Workload, seed: int) -> list[TrajectoryPlan]:
     """All trajectories of one step, in the order the agent loop launches them."""
     rng = random.Random(f"workload:{seed}")
+    # A separate stream, so the other draws are the same with and without the feature.
+    hardness = random.Random(f"difficulty:{seed}")
+    sigma = workload.difficulty_sigma
     limit = workload.max_context
     plans: list[TrajectoryPlan] = []
     for group in range(workload.prompts):
         prompt = min(max(1, workload.prompt_tokens.sample_int(rng)), limit - 1)
+        factor = hardness.lognormvariate(0.0, sigma) if sigma > 0 else 1.0
         for _ in range(workload.samples):
             turns = max(1, workload.turns.sample_int(rng))
             context = prompt
@@ -166,7 +181,11 @@ def plan_step(workload: Workload, seed: int) -> list[TrajectoryPlan]:
             tools: list[int] = []
             latencies: list[float] = []
             for turn in range(turns):
-                out = min(max(1, workload.output_tokens.sample_int(rng)), limit - context)
+                if sigma > 0:
+                    drawn = round(workload.output_tokens.sample(rng) * factor)
+                else:
+                    drawn = workload.output_tokens.sample_int(rng)
+                out = min(max(1, drawn), limit - context)
                 outputs.append(out)
                 context += out
                 if turn == turns - 1:
