@@ -39,7 +39,14 @@ Sources and a-priori assumptions (sim/README.md, "PR scale", repeats them with r
   arms of its A/B ran its code: ``tie_break = "first"``.
 * **GRPO sharing** -- the 16 samples of a prompt share its prompt blocks in a replica's
   prefix cache.
-* **Output lengths** -- lognormal, sigma 0.8, median set per row by the context (above).
+* **Output lengths** -- lognormal, log-sigma 0.8 per turn, median set per row by the
+  context (above). Half of the log-variance is a per-prompt *difficulty* shared by the 16
+  samples in every turn (a hard prompt is long for all of them), half is drawn per turn:
+  an even split fixed a priori (no source gives the intra-group share for this model).
+* **The engine** -- vLLM 0.24.0, verl 0.9.1's pin: its exported prefix-cache hit rate
+  counts every lookup of a queue head whose KV allocation fails, once per scheduler step
+  (fixed after 0.24 by vLLM #48860; ``StepResult.admission_hit_rate`` is the fixed
+  metric), and a step that preempts admits no waiting request.
 
 :data:`ABLATIONS` removes one modelled feature at a time (``affinity simulate --preset
 pr7435-scale-ablation``), the evidence for which feature moves which number.
@@ -180,15 +187,16 @@ def _ablate(w: Workload, feature: str) -> Workload:
         return attrs.evolve(w, turns=parse("turns", {"dist": "constant", "value": 1}))
     if feature == "no-difficulty":
         return _independent(w)
-    if feature == "admit-after-preemption":
-        return attrs.evolve(w, model=attrs.evolve(w.model, skip_waiting_after_preemption=False))
     raise ValueError(f"unknown ablation {feature!r}; accepted: {', '.join(ABLATIONS)}")
 
 
 # Each removes one modelled feature (or replaces an a-priori choice by its alternative).
-ABLATIONS = ("no-difficulty", "admit-after-preemption", "no-prefix-sharing",
-             "no-worker-interleave", "ties-draw", "max-seqs-1024", "pool-0.9", "small-step",
-             "single-turn")
+# The two vLLM 0.24 behaviours of replica_model() have no row: the hit-rate metric does not
+# change a run (every result also carries admission_hit_rate, the metric without it), and
+# skipping admission in a preempting step cannot change one here (the victim heads the
+# queue and needs a block more than it freed; tests/sim/test_sim_prscale.py).
+ABLATIONS = ("no-difficulty", "no-prefix-sharing", "no-worker-interleave", "ties-draw",
+             "max-seqs-1024", "pool-0.9", "small-step", "single-turn")
 
 
 def ablation_sweep() -> Sweep:

@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+import math
 import time
 
 import attrs
 import pytest
+import simpy
+from affinity_sim.costmodel import ReplicaModel
+from affinity_sim.distributions import parse
 from affinity_sim.kvcache import KvPool
 from affinity_sim.presets import preset
 from affinity_sim.prscale import ABLATIONS, SCALE_POLICIES, replica_model, scale_workloads
+from affinity_sim.replica import QueueTracker, Replica, Request
 from affinity_sim.routing import parse_policy
 from affinity_sim.simulate import simulate_step
 from affinity_sim.workload import TrajectoryPlan, plan_step
@@ -97,3 +102,84 @@ def test_client_concurrency_serializes_turns(limit: int) -> None:
     # The second turn's prompt is 100 + 50 - 20 + 10 = 140 tokens, 8 cached blocks of 16
     # survive the rewind (130 tokens kept): a hit of 128 tokens per session.
     assert result.hit_tokens == 2 * 128
+
+
+def test_difficulty_is_shared_by_a_prompts_samples_and_turns() -> None:
+    base = attrs.evolve(scale_workloads(prompts=6)[0], agent_workers=1, difficulty_sigma=0.0,
+                        output_tokens=parse("o", {"dist": "constant", "value": 100}))
+    plain = plan_step(base, 5)
+    assert {o for p in plain for o in p.outputs} == {100}
+    hard = plan_step(attrs.evolve(base, difficulty_sigma=0.5), 5)
+    # Only the outputs change: every other draw comes from the same stream as before.
+    assert [(p.request_id, p.prompt_tokens, len(p.outputs)) for p in hard] == \
+        [(p.request_id, p.prompt_tokens, len(p.outputs)) for p in plain]
+    by_group: dict[int, set[int]] = {}
+    for p in hard:
+        by_group.setdefault(p.group, set()).update(p.outputs[:-1])  # the last may be cut
+    assert all(len(lengths) <= 1 for lengths in by_group.values())
+    assert len({min(v) for v in by_group.values() if v}) > 1  # groups differ
+    assert plan_step(attrs.evolve(base, difficulty_sigma=0.0), 5) == plain
+    with pytest.raises(ValueError, match="difficulty_sigma must be a number >= 0, got -1"):
+        attrs.evolve(base, difficulty_sigma=-1)
+
+
+def test_the_scale_preset_keeps_the_marginal_output_spread() -> None:
+    w = scale_workloads()[1]
+    within = dict(w.output_tokens.params)["sigma"]
+    assert math.isclose(within**2 + w.difficulty_sigma**2, 0.8**2)
+    assert math.isclose(within, w.difficulty_sigma)  # the a-priori even split
+    assert w.model.count_blocked_lookups and w.model.skip_waiting_after_preemption
+
+
+def _hand_model(**changes: object) -> ReplicaModel:
+    fields: dict[str, object] = {
+        "name": "hand", "decode_fixed_s": 0.01, "per_token_s": 0.001,
+        "kv_read_s_per_token": 0.0, "prefill_attn_s_per_pair": 0.0,
+        "kv_capacity_tokens": 16 * 3, "block_size": 16, "max_num_seqs": 4,
+        "max_num_batched_tokens": 64,
+    }
+    fields.update(changes)
+    return ReplicaModel(**fields)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("count", [False, True])
+def test_blocked_head_lookups_are_counted_every_iteration(count: bool) -> None:
+    # Pool of 3 blocks. A (prompt 32 = 2 shared blocks, output 15) pins all 3 and never
+    # grows past them. B, a sibling (same group, prompt 32), arrives during A's prefill and
+    # needs one own block: it is blocked for A's 14 decode iterations. vLLM 0.24 looks it up
+    # at each (1 after the prefill iteration + 13 more in the decode run), every time
+    # finding 1 cached block (the lookup never covers the last prompt token: 16 tokens).
+    env = simpy.Environment()
+    replica = Replica(env, 0, _hand_model(count_blocked_lookups=count), QueueTracker(1))
+
+    def client(at: float, traj: int):  # type: ignore[no-untyped-def]
+        yield env.timeout(at)
+        request = Request(env, traj, -1, 2, 32, 15)
+        replica.submit(request)
+        yield request.done
+
+    env.process(client(0.0, 0))
+    env.process(client(0.001, 1))
+    env.run()
+    assert (replica.query_tokens, replica.hit_tokens) == (64, 16)  # one per admission
+    expected = (14 * 32, 14 * 16) if count else (0, 0)
+    assert (replica.retry_query_tokens, replica.retry_hit_tokens) == expected
+
+
+def test_no_admission_in_a_preempting_step_changes_no_result() -> None:
+    # The victim heads the queue and needs a block more than it freed, so it could not be
+    # re-admitted in that step anyway: only the (unexported) preempted lookups differ, and
+    # time sums round differently (a decode run is split after each preempting step).
+    w = attrs.evolve(scale_workloads(prompts=4)[1], replicas=2,
+                     model=replica_model(0.5).with_capacity(40_000))
+    on = simulate_step(w, parse_policy("margin-2"), 1)
+    off = simulate_step(attrs.evolve(w, model=attrs.evolve(
+        w.model, skip_waiting_after_preemption=False)), parse_policy("margin-2"), 1)
+    assert on.preemptions > 0
+    ignore = {"preempted_query_tokens", "preempted_hit_tokens"}
+    a, b = on.as_dict(), off.as_dict()
+    for key in set(a) - ignore:
+        if isinstance(a[key], float):
+            assert a[key] == pytest.approx(b[key], rel=1e-9), key
+        else:
+            assert a[key] == b[key], key
