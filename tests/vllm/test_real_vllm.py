@@ -179,3 +179,41 @@ def test_chat_completions_use_the_tiny_models_chat_template(servers: VllmFleet) 
             assert reply["choices"][0]["message"]["role"] == "assistant"
             assert reply["usage"]["completion_tokens"] == 4
     run(scenario(), timeout=120)
+
+
+def test_context_band_counts_tokens_with_real_vllm(servers: VllmFleet, tmp_path: Path) -> None:
+    """``--context-tokens tokenize`` against vLLM's own ``POST /tokenize``: the router's
+    ``c`` for a text completion and a chat request equals vLLM's count (asked directly),
+    a prompt of token ids is counted without a call, and nothing falls back."""
+    from affinity_conformance.decision_log import read_log
+
+    text = "the quick brown fox jumps over the lazy dog " * 8
+    messages = [{"role": "user", "content": text}]
+    log = tmp_path / "band.ndjson"
+
+    async def scenario() -> None:
+        options = {"margin": 0, "affinity_break_tokens": 64, "affinity_break_band_cap": 2,
+                   "context_tokens": "tokenize", "decision_log": str(log)}
+        async with router_over(servers.urls, **options) as router, \
+                aiohttp.ClientSession() as client:
+            url = f"http://127.0.0.1:{router.port}"
+            expected = []
+            for path, body in (("/v1/completions", {"prompt": text}),
+                               ("/v1/chat/completions", {"messages": messages}),
+                               ("/v1/completions", {"prompt": list(range(5, 105))})):
+                async with client.post(url + path, headers={"x-session-id": "band"},
+                                       json={"model": "tiny", "max_tokens": 2, **body}) as resp:
+                    assert resp.status == 200, await resp.text()
+                if isinstance(body.get("prompt"), list):
+                    expected.append(100)
+                    continue
+                async with client.post(servers.urls[0] + "/tokenize",
+                                       json={"model": "tiny", **body}) as resp:
+                    expected.append((await resp.json())["count"])
+            assert router.context is not None
+            assert router.context.sources == {"ids": 1, "estimate": 0, "tokenize": 2,
+                                              "tokenize_fallback": 0}
+        seen = [r.data["event"].get("context_tokens") for r in read_log(log)
+                if not r.is_header and r.data["event"]["op"] == "acquire"]
+        assert seen == expected and all(isinstance(c, int) and c > 0 for c in expected)
+    run(scenario(), timeout=180)
