@@ -1,0 +1,132 @@
+"""sim/README.md's PR-scale tables, rendered from the recorded run JSON (no simulation).
+
+Theory of operation
+-------------------
+``affinity simulate --preset pr7435-scale --json A`` and ``--preset pr7435-scale-ablation
+--json B`` record every per-seed :class:`~affinity_sim.simulate.StepResult` and the
+paired summaries. This module only reads them back and prints the Markdown tables of the
+README (``python -m affinity_sim.prscale_report A [B]``), so every number there can be
+regenerated from the JSON files and checked. Rates are means over seeds of the per-step
+values; changes, intervals and p-values are the summaries' (paired median, order-statistic
+95% interval, Wilcoxon). "Within ±3 pt" compares the median change with the PR's, at
+the 0.1 point shown.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import sys
+from typing import Any
+
+__all__ = ["ablation_table", "policies_table", "prediction_table"]
+
+ROWS = ("ctx2k", "ctx9k", "ctx20k", "ctx9k-bigkv")
+
+
+def _pct(value: float, signed: bool = True) -> str:
+    return f"{value * 100:+.1f}%" if signed else f"{value * 100:.1f}%"
+
+
+def _mean(record: dict[str, Any], workload: str, policy: str, key: str) -> float:
+    values = [r[key] for r in record["results"]
+              if r["workload"] == workload and r["policy"] == policy]
+    return statistics.fmean(values)
+
+
+def _summary(record: dict[str, Any], workload: str, policy: str) -> dict[str, Any]:
+    return next(s for s in record["summary"]
+                if s["workload"] == workload and s["policy"] == policy)
+
+
+def prediction_table(record: dict[str, Any]) -> str:
+    """Baseline hit rates and margin 2's change per row, next to the PR's."""
+    lines = ["| workload | PR context | PR baseline hit | **predicted baseline hit** (vLLM "
+             "0.24 metric) | same, counted at admission | PR margin 2 | **predicted margin 2**"
+             " [95% CI] | predicted − PR | p | within ±3 pt |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
+    for row in ROWS:
+        ref = record["reference"][row]
+        m2 = _summary(record, row, "margin-2")
+        diff = (m2["median_change"] - ref["change"]) * 100
+        p = m2["p_value"]
+        lines.append(
+            f"| {row} | {ref['context']} | {_pct(ref['hit_rate'], False)} | "
+            f"**{_pct(_mean(record, row, 'legacy', 'prefix_hit_rate'), False)}** | "
+            f"{_pct(_mean(record, row, 'legacy', 'admission_hit_rate'), False)} | "
+            f"{_pct(ref['change'])} ({ref['steps']}) | **{_pct(m2['median_change'])}** "
+            f"[{_pct(m2['ci_low'])}, {_pct(m2['ci_high'])}] | {diff:+.1f} pt | "
+            f"{'—' if p is None else f'{p:.1e}'} | {'yes' if abs(round(diff, 1)) <= 3 else 'no'} |")
+    return "\n".join(lines)
+
+
+def policies_table(record: dict[str, Any]) -> str:
+    """Every policy: median change · hit rate · breaks per step · idle (legacy: step time)."""
+    policies = [p["name"] for p in record["policies"]]
+    lines = [f"| policy ({_seeds(record)}) | " + " | ".join(ROWS) + " |",
+             "|---|" + "---|" * len(ROWS)]
+    for policy in policies:
+        cells = []
+        for row in ROWS:
+            s = _summary(record, row, policy)
+            head = (f"{s['median_step_time_s']:.0f} s" if s["p_value"] is None and
+                    policy == "legacy" else f"{_pct(s['median_change'])} "
+                    f"[{_pct(s['ci_low'])}, {_pct(s['ci_high'])}]")
+            cells.append(f"{head} · {_pct(s['prefix_hit_rate'], False)} · "
+                         f"{s['breaks_per_step']:.0f} · {_pct(s['idle_fraction'], False)}")
+        lines.append(f"| {policy} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def ablation_table(record: dict[str, Any]) -> str:
+    """Per feature removed: legacy hit · margin 2's median change · legacy idle."""
+    names = [w["name"] for w in record["workloads"]]
+    removed = {n.partition("/")[2] for n in names} - {""}
+    order = {f: min(i for i, n in enumerate(names) if n.endswith("/" + f)) for f in removed}
+    features = ["none", *sorted(removed, key=order.__getitem__)]
+    lines = [f"| feature removed ({_seeds(record)}) | " + " | ".join(ROWS) + " |",
+             "|---|" + "---|" * len(ROWS)]
+    for feature in features:
+        cells = []
+        for row in ROWS:
+            name = row if feature == "none" else f"{row}/{feature}"
+            if name not in names:
+                cells.append("(same as the row)")
+                continue
+            m2 = _summary(record, name, "margin-2")
+            cells.append(
+                f"hit {_pct(_mean(record, name, 'legacy', 'prefix_hit_rate'), False)} · m2 "
+                f"{_pct(m2['median_change'])} · idle "
+                f"{_pct(_mean(record, name, 'legacy', 'idle_fraction'), False)}")
+        lines.append(f"| {feature} | " + " | ".join(cells) + " |")
+    # The metric is not a run feature: the same runs, counted at admission only.
+    cells = [f"hit {_pct(_mean(record, row, 'legacy', 'admission_hit_rate'), False)} · "
+             "(same runs)" for row in ROWS]
+    lines.append("| vLLM 0.24 hit metric (counted at admission instead) | "
+                 + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def _load(path: str) -> dict[str, Any]:
+    with open(path, encoding="utf-8") as handle:
+        record: dict[str, Any] = json.load(handle)
+    return record
+
+
+def _seeds(record: dict[str, Any]) -> str:
+    seeds = record["seeds"]
+    return f"{len(seeds)} seeds" if isinstance(seeds, list) else f"{seeds} seeds"
+
+
+def main(paths: list[str]) -> None:
+    scale = _load(paths[0])
+    print(prediction_table(scale), end="\n\n")
+    print(policies_table(scale), end="\n\n")
+    if len(paths) > 1:
+        print(ablation_table(_load(paths[1])))
+
+
+if __name__ == "__main__":
+    if not 1 <= len(sys.argv) - 1 <= 2:
+        sys.exit("usage: python -m affinity_sim.prscale_report SCALE.json [ABLATION.json]")
+    main(sys.argv[1:])

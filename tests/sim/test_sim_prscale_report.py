@@ -1,0 +1,55 @@
+"""The README's PR-scale tables are a pure rendering of the recorded JSON."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from affinity_sim.prscale_report import ROWS, ablation_table, policies_table, prediction_table
+
+
+def _record() -> dict[str, Any]:
+    reference = {row: {"context": row, "hit_rate": 0.05, "steps": 9, "change": -0.05}
+                 for row in ROWS}
+    names = [*ROWS, "ctx2k/no-difficulty"]
+    results = []
+    summary = []
+    for name in names:
+        for seed, (hit, admitted) in enumerate(((0.1, 0.2), (0.3, 0.4))):
+            for policy in ("legacy", "margin-2"):
+                results.append({"workload": name, "policy": policy, "seed": seed,
+                                "prefix_hit_rate": hit, "admission_hit_rate": admitted,
+                                "idle_fraction": 0.05})
+        summary.append({"workload": name, "policy": "legacy", "p_value": None,
+                        "median_change": 0.0, "ci_low": 0.0, "ci_high": 0.0,
+                        "median_step_time_s": 100.0, "prefix_hit_rate": 0.2,
+                        "breaks_per_step": 0.0, "idle_fraction": 0.05})
+        change = -0.02 if name == "ctx2k" else -0.09
+        summary.append({"workload": name, "policy": "margin-2", "p_value": 0.002,
+                        "median_change": change, "ci_low": change - 0.01,
+                        "ci_high": change + 0.01, "median_step_time_s": 95.0,
+                        "prefix_hit_rate": 0.15, "breaks_per_step": 12.0,
+                        "idle_fraction": 0.01})
+    return {"reference": reference, "results": results, "summary": summary,
+            "seeds": [0, 1], "policies": [{"name": "legacy"}, {"name": "margin-2"}],
+            "workloads": [{"name": n} for n in names]}
+
+
+def test_prediction_table_means_and_the_three_point_band() -> None:
+    lines = prediction_table(_record()).splitlines()
+    ctx2k = next(line for line in lines if line.startswith("| ctx2k |"))
+    # mean hit over the two seeds: 20.0% (exported) and 30.0% (at admission)
+    assert "**20.0%** | 30.0%" in ctx2k
+    assert "**-2.0%** [-3.0%, -1.0%] | +3.0 pt" in ctx2k and ctx2k.endswith("| yes |")
+    ctx9k = next(line for line in lines if line.startswith("| ctx9k |"))
+    assert "-4.0 pt" in ctx9k and ctx9k.endswith("| no |")
+
+
+def test_policies_and_ablation_tables() -> None:
+    record = _record()
+    policies = policies_table(record)
+    assert "| policy (2 seeds) |" in policies
+    assert "| legacy | 100 s · 20.0% · 0 · 5.0% |" in policies
+    ablation = ablation_table(record).splitlines()
+    row = next(line for line in ablation if line.startswith("| no-difficulty |"))
+    assert row.count("(same as the row)") == 3 and "m2 -9.0%" in row
+    assert ablation[-1].startswith("| vLLM 0.24 hit metric") and "hit 30.0%" in ablation[-1]
