@@ -2,7 +2,7 @@
 
 Theory of operation
 -------------------
-Configuration validation (R-CFG-1..5, R-POL-1) is a total function from option values
+Configuration validation (R-CFG-1..6, R-POL-1) is a total function from option values
 to "accepted as X" or "refused". :data:`CASES` is an exhaustive table over the *edge
 values* of every option -- each side of every boundary (0 and -1, 1 and 0, 1 and a
 value just below it), both infinities and NaN, ``-0.0``, integral and non-integral
@@ -28,6 +28,7 @@ sorted.
 from __future__ import annotations
 
 import math
+import operator
 from collections.abc import Callable
 from fractions import Fraction
 from typing import Any
@@ -47,7 +48,7 @@ from affinity_core import (
     step,
 )
 
-__all__ = ["CASES", "Case", "check_examples", "check_table"]
+__all__ = ["CASES", "OPTIONS", "Case", "check_examples", "check_table"]
 
 _REFUSED = object()
 
@@ -96,6 +97,24 @@ def _hash(v: Any) -> Config:
 def _gate(v: Any) -> Config:
     margin, gate = v
     return Config(affinity_break_margin=margin, dual_threshold=gate)
+
+
+def _tokens(v: Any) -> Config:
+    return Config(affinity_break_margin=0, affinity_break_tokens=v, affinity_break_band_cap=5)
+
+
+def _band_cap(v: Any) -> Config:
+    return Config(affinity_break_margin=1, affinity_break_tokens=3, affinity_break_band_cap=v)
+
+
+def _band(v: Any) -> Config:
+    margin, tokens, cap = v
+    return Config(affinity_break_margin=margin, affinity_break_tokens=tokens,
+                  affinity_break_band_cap=cap)
+
+
+def _band_read(c: Config) -> tuple[Any, ...]:
+    return (c.affinity_break_margin, c.affinity_break_tokens, c.affinity_break_band_cap)
 
 
 def _cases() -> list[Case]:
@@ -150,10 +169,25 @@ def _cases() -> list[Case]:
     add("dual_threshold", _gate, lambda c: (c.affinity_break_margin, c.dual_threshold),
         [((None, gate), (None, gate)), ((0, None), (0, None)), ((None, None), (None, None))],
         [(0, gate), (5, gate), (None, (1, 1.5)), (None, 1)])
+    # R-CFG-6: null or an integer >= 1, with R-CFG-3's conversions and refusals (here with
+    # margin 0 / cap 5 and margin 1 / T 3 around the option under test) ...
+    for option, build in (("affinity_break_tokens", _tokens),
+                          ("affinity_break_band_cap", _band_cap)):
+        add(option, build, operator.attrgetter(option),
+            [(1, 1), (2, 2), (4096, 4096), (2**70, 2**70), (1.0, 1), (7.0, 7),
+             (1e300, int(1e300))],
+            [0, -1, -(2**70), 0.0, -0.0, -2.0, 0.5, 1.5, math.nan, math.inf, -math.inf,
+             True, False, "1", b"1", [], [1], Fraction(1), Fraction(3, 2), 1j, None])
+    # ... set together or not at all, only with the margin, and cap >= margin.
+    add("affinity_break_band_cap", _band, _band_read,
+        [((None, None, None), (None, None, None)), ((0, 1, 1), (0, 1, 1)),
+         ((3, 2, 3), (3, 2, 3)), ((2, 10**6, 2**70), (2, 10**6, 2**70))],
+        [(None, 2, 3), (1, 2, None), (1, None, 3), (3, 2, 2), (1, 1, 0), (5, 1, 4)])
     return out
 
 
 CASES: tuple[Case, ...] = tuple(_cases())
+OPTIONS = len({case.option for case in CASES})  # the options the table covers
 
 
 def _same(got: Any, want: Any) -> bool:
@@ -165,6 +199,8 @@ def _names(case: Case) -> tuple[str, ...]:
     """How a refusal's message may name the offending value."""
     if case.option == "dual_threshold":
         return (repr(case.value[1]),)
+    if isinstance(case.value, tuple) and len(case.value) == 3:  # a band combination
+        return (f"{case.value[2]!r}",)
     if isinstance(case.value, float) and math.isfinite(case.value) and \
             case.value.is_integer():
         return (repr(case.value), repr(int(case.value)))  # after the integral conversion

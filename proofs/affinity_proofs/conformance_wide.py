@@ -7,8 +7,9 @@ sweep links that encoding to ``affinity_core.step`` where the small-world sweep 
 :mod:`.conformance` cannot reach: pools of up to 130 servers (several leaves of the load
 table), loads up to 10^6 around a common base (so the minimum is tied across leaves and a
 gate's relative threshold is tested at minimum loads >= 4), caller hashes of any sign and
-size (up to 2^70 in magnitude), all three tie-breaks and unkeyed requests under ``hashed``
-ties.
+size (up to 2^70 in magnitude), all three tie-breaks, unkeyed requests under ``hashed``
+ties, and the context band (T up to 10^6, contexts up to 10^12, near multiples of T).
+The points are drawn in :mod:`.conformance_wide_points`.
 
 Points are drawn by Hypothesis with ``derandomize=True`` and no example database: the
 same points in every run and on every machine with the same Hypothesis version. For each
@@ -21,6 +22,9 @@ point:
 3. the encoding is evaluated at the point (``substitute`` + ``simplify``): the witnesses
    of the minimum, maximum and placement must satisfy their definitions, and the decision
    (with the spec's placement) must equal the core's;
+   With the context band, the encoding's ``T``, ``cap``, ``c`` and ``c = q*T + r`` are
+   set from the point (Python's ``divmod``); without it the band is off and the context
+   the acquire carries must change nothing (R-BAND-3);
 4. at a legacy point (margin and gate null, ``first`` or ``draw`` ties) the all-N legacy
    encoding, its tie rank replaced by the concrete running count of minima
    (``substitute_funs``), must accept the server of the independent legacy model
@@ -29,13 +33,8 @@ point:
 
 from __future__ import annotations
 
-import contextlib
-import importlib
-import random
 import time
 import zlib
-from collections.abc import Iterator
-from fractions import Fraction
 from typing import Any
 
 import attrs
@@ -45,7 +44,6 @@ from affinity_core import (
     Acquire,
     Acquired,
     Config,
-    DualThreshold,
     LoadTable,
     Path,
     State,
@@ -54,135 +52,10 @@ from affinity_core import (
 )
 from affinity_core.legacy import LegacyModel, Ties, legacy_acquire
 
+from .conformance_wide_points import WidePoint, points
 from .z3_param import Pool, decide, det_index, legacy_decide
 
 __all__ = ["WidePoint", "WideResult", "check_point", "points", "run"]
-
-SIZES = (1, 2, 31, 32, 33, 63, 64, 65, 96, 97, 130)
-RELATIVE = (Fraction(1), Fraction(5, 4), Fraction(3, 2), Fraction(2), Fraction(7, 3))
-
-
-@attrs.frozen
-class WidePoint:
-    loads: tuple[int, ...]
-    sticky: str  # "miss", "hit", "removed"
-    pin: int
-    margin: int | None
-    gate: DualThreshold | None
-    det: bool
-    request_hash: int
-    tie_break: str  # "first", "draw", "hashed"
-    keyed: bool
-    tie_draw: int
-
-
-def _strategy() -> Any:
-    from hypothesis import strategies as st
-
-    @st.composite
-    def point(draw: Any) -> WidePoint:
-        # The bulk comes from a Random seeded by a Hypothesis draw: the same points every
-        # run, without a Hypothesis draw per server.
-        seed = draw(st.integers(0, 2**32))
-        n = draw(st.one_of(st.sampled_from(SIZES), st.integers(1, 130)))
-        base = draw(st.one_of(st.integers(0, 8), st.integers(4, 10**6)))
-        request_hash = draw(st.one_of(st.integers(-(2**70), 2**70),
-                                      st.integers(-3 * n, 3 * n)))
-        # seeded by every draw (a str seed is hashed with SHA-512: no PYTHONHASHSEED)
-        rng = random.Random(f"{seed}:{n}:{base}:{request_hash}")
-        if rng.random() < 0.6:  # beside Hypothesis' boundary values, uniform ones
-            n = rng.choice((*SIZES, rng.randint(1, 130)))
-            base = rng.choice((rng.randint(0, 8), rng.randint(4, 10**6)))
-
-        def offset() -> int:
-            return rng.randint(1, 3) if rng.random() < 0.7 else rng.randint(1, 10**6)
-
-        if draw(st.booleans()):  # dense: about half the servers at the minimum
-            loads = [base + offset() if rng.random() < 0.5 else base for _ in range(n)]
-        else:  # sparse: the minimum at a few positions, so most leaves hold none
-            minima = {rng.randrange(n) for _ in range(rng.randint(1, 3))}
-            loads = [base if i in minima else base + offset() for i in range(n)]
-        # The choices below come from the seeded Random too: Hypothesis' own draws lean
-        # towards simple values, which left whole combinations (a gate on a sticky hit)
-        # out of a few hundred points. Hashes stay Hypothesis draws (0, -1, huge).
-        det = rng.random() < 0.25
-        tie_break = rng.choice(("first", "draw", "hashed"))
-        # unkeyed requests mostly where they matter: hashed ties fall back to the draw
-        keyed = det or rng.random() < (0.5 if tie_break == "hashed" else 0.8)
-        stickies = ("miss", "removed", "hit") if det else ("miss", "hit", "hit", "removed")
-        sticky = rng.choice(stickies) if keyed else "miss"
-        pin = rng.randrange(n)
-        policy = rng.randrange(3)
-        margin = (rng.randint(0, 4) if rng.random() < 0.7 else rng.randint(0, 10**6)) \
-            if policy == 1 else None
-        gate = DualThreshold(rng.randint(0, 6), rng.choice(RELATIVE)) if policy == 2 else None
-        if margin is not None and sticky == "hit" and rng.random() < 0.5:
-            loads[pin] = min(loads) + margin + rng.randint(0, 1)  # the band's edge
-        if gate is not None and sticky == "hit" and n >= 3 and rng.random() < 0.6:
-            loads = _gate_edge(loads, pin, gate, rng.randint(-1, 1))
-        if rng.random() < 0.4:  # negative, with every residue mod n
-            request_hash = -abs(request_hash) - 1 - rng.randrange(n)
-        return WidePoint(tuple(loads), sticky, pin, margin, gate, det, request_hash,
-                         tie_break, keyed, rng.randrange(2**40))
-
-    return point()
-
-
-def _gate_edge(loads: list[int], pin: int, gate: DualThreshold, nudge: int) -> list[int]:
-    """Loads at the edge of the gate's relative test: max = min * rel (+-1), with the
-    absolute test passed and the pin above the minimum, so only the relative test
-    decides whether the pin is kept."""
-    n, low, rel = len(loads), max(min(loads), 4), gate.balance_rel_threshold
-    high = max(low + gate.balance_abs_threshold + 1,
-               low * rel.numerator // rel.denominator + nudge)
-    out = [min(max(x, low), high) for x in loads]
-    out[(pin + 1) % n], out[(pin + 2) % n] = low, high
-    out[pin] = low + 1 if high > low + 1 else high
-    return out
-
-
-def points(count: int) -> list[WidePoint]:
-    """``count`` points, the same ones in every run (Hypothesis, derandomized)."""
-    from hypothesis import HealthCheck, Phase, given, settings
-
-    out: dict[WidePoint, None] = {}  # distinct points in drawing order
-
-    @settings(derandomize=True, database=None, max_examples=3 * count, deadline=None,
-              phases=(Phase.generate,), suppress_health_check=list(HealthCheck))
-    @given(_strategy())
-    def collect(p: WidePoint) -> None:
-        if len(out) < count:  # derandomized Hypothesis repeats its early, simple draws
-            out[p] = None
-
-    with _without_local_constants():
-        collect()
-    return list(out)
-
-
-@contextlib.contextmanager
-def _without_local_constants() -> Iterator[None]:
-    """Hypothesis (6.13x and later) mixes literal constants from every *loaded* module of
-    the project into its draws, so the derandomized points would depend on which modules
-    a process happened to import before (measured: importing ``scopes`` first changed
-    them). For the duration of the draw that pool is empty; where this Hypothesis has no
-    such pool, nothing changes (``tests/proofs/test_z3_param.py`` checks the points are
-    the same whatever was imported first)."""
-    try:
-        providers: Any = importlib.import_module("hypothesis.internal.conjecture.providers")
-        empty = providers.Constants(integers=providers.SortedSet(),
-                                    floats=providers.SortedSet(key=providers.float_to_int),
-                                    bytes=providers.SortedSet(),
-                                    strings=providers.SortedSet())
-        original = providers._get_local_constants
-    except (ImportError, AttributeError):
-        yield
-        return
-    providers._get_local_constants = lambda: empty
-    try:
-        yield
-    finally:
-        providers._get_local_constants = original
-
 
 RID = "conversation-7"
 
@@ -190,14 +63,16 @@ RID = "conversation-7"
 def _core(p: WidePoint) -> tuple[int, bool, bool, int]:
     servers = tuple(f"s{i}" for i in range(len(p.loads)))
     config = Config(affinity_break_margin=p.margin, dual_threshold=p.gate,
-                    full_determinism=p.det, tie_break=p.tie_break, max_cache_size=4)
+                    full_determinism=p.det, tie_break=p.tie_break, max_cache_size=4,
+                    affinity_break_tokens=p.tokens, affinity_break_band_cap=p.cap)
     lru = StickyLru(4)
     if p.sticky != "miss":
         lru = lru.put(RID, "gone" if p.sticky == "removed" else servers[p.pin])
     pool = LoadTable.build(zip(servers, p.loads, strict=True))
     state = State(pool, lru, 0, 0, tuple(sorted(servers)))
     event = Acquire(request_id=RID if p.keyed else None, tie_draw=p.tie_draw,
-                    request_hash=p.request_hash if p.det else None)
+                    request_hash=p.request_hash if p.det else None,
+                    context_tokens=p.context)
     t = step(config, state, event)
     o = t.outcome
     if not isinstance(o, Acquired):
@@ -224,7 +99,7 @@ class _Encoding:
     """The decision terms of :mod:`.z3_param`, built once, evaluated per point."""
 
     def __init__(self) -> None:
-        self.pool = Pool()
+        self.pool = Pool(band=True)  # with band_on false it is the margin's encoding
         d = decide(self.pool)
         self.terms = (d.choice, d.kept, d.broken, d.pin_after)
         self.det_term = det_index(self.pool.hash, self.pool.n)
@@ -276,10 +151,21 @@ class _Encoding:
             (a.rel_den,
              z3.IntVal(1 if gate is None else gate.balance_rel_threshold.denominator)),
             (a.det, z3.BoolVal(p.det)), (a.hash, z3.IntVal(p.request_hash)),
+            *_band_pairs(a, p),
         ]
         at_min = z3.simplify(z3.substitute(a.loads[a.least] == a.low, *pairs))
         values = [z3.simplify(z3.substitute(t, *pairs)) for t in self.terms]
         return (z3.is_true(at_min), *[_value(v) for v in values])
+
+
+def _band_pairs(a: Pool, p: WidePoint) -> list[tuple[Any, Any]]:
+    """The band's inputs at ``p``: ``c = q*T + r`` by Python's divmod (T = 1 and q = r = 0
+    without the band, where the encoding does not read them)."""
+    c, t = p.context or 0, p.tokens or 1
+    q, r = divmod(c, t) if p.tokens is not None else (0, 0)
+    return [(a.band_on, z3.BoolVal(p.tokens is not None)), (a.tokens, z3.IntVal(t)),
+            (a.cap, z3.IntVal(p.cap or 0)), (a.ctx, z3.IntVal(c)), (a.quot, z3.IntVal(q)),
+            (a.rem, z3.IntVal(r))]
 
 
 def _value(term: Any) -> int | bool:
@@ -337,11 +223,13 @@ def _check_legacy(p: WidePoint, enc: _Encoding) -> str | None:
 def _describe(p: WidePoint) -> str:
     loads = p.loads if len(p.loads) <= 8 else f"{p.loads[:6]}... ({len(p.loads)} servers, " \
         f"min {min(p.loads)} x{p.loads.count(min(p.loads))}, max {max(p.loads)})"
-    policy = f"margin {p.margin}" if p.margin is not None else (
+    band = f" band T={p.tokens} cap={p.cap}" if p.tokens is not None else ""
+    policy = f"margin {p.margin}{band}" if p.margin is not None else (
         f"gate {p.gate.balance_abs_threshold}/{p.gate.balance_rel_threshold}" if p.gate
         else "legacy")
     return (f"loads={loads} {p.sticky} pin={p.pin} {policy} det={p.det} "
-            f"hash={p.request_hash} ties={p.tie_break} keyed={p.keyed} draw={p.tie_draw}")
+            f"hash={p.request_hash} ties={p.tie_break} keyed={p.keyed} draw={p.tie_draw} "
+            f"context={p.context}")
 
 
 @attrs.frozen
@@ -354,6 +242,8 @@ class WideResult:
     negative_hashes: int
     gate_min_ge_4: int
     legacy_points: int
+    band_points: int = 0
+    band_hits_at_edge: int = 0  # band hits with the pin at min + width or one above
 
 
 def run(count: int, max_failures: int = 3,
@@ -374,4 +264,13 @@ def run(count: int, max_failures: int = 3,
         sum(1 for p in sample if p.det and p.request_hash < 0),
         sum(1 for p in sample if p.gate is not None and min(p.loads) >= 4),
         sum(1 for p in sample if p.margin is None and p.gate is None and p.keyed
-            and p.tie_break != "hashed"))
+            and p.tie_break != "hashed"),
+        sum(1 for p in sample if p.tokens is not None),
+        sum(1 for p in sample if _at_band_edge(p)))
+
+
+def _at_band_edge(p: WidePoint) -> bool:
+    if p.tokens is None or p.cap is None or p.margin is None or p.sticky != "hit" or p.det:
+        return False
+    width = min(p.margin + (p.context or 0) // p.tokens, p.cap)
+    return p.loads[p.pin] - min(p.loads) in (width, width + 1)

@@ -9,10 +9,12 @@ pre-states directly -- every load vector over 1-3 servers with loads 0..7, a sti
 on every server (and none, and one on a removed server), and wide pools of 33, 64 and 65
 servers whose minima straddle leaf boundaries -- and steps one acquire on each with the
 real ``step``, under every policy of :data:`CONFIGS` (margins 0-3, gates with ``abs`` -1,
-0, 1, 2 and ``rel`` 1, 5/4, 3/2, 2, the three tie modes with every tie draw, and both
-deterministic hash modes with negative and huge hashes). Each transition is compared with
-:func:`~affinity_proofs.bfs_spec_checks.effects_violation`, the plain rules of SPEC
-sections 7-10 -- the same reference the BFS uses on every edge -- and ``allowed`` against R-REL-1.
+0, 1, 2 and ``rel`` 1, 5/4, 3/2, 2, the three tie modes with every tie draw, both
+deterministic hash modes with negative and huge hashes, and five context-band
+configurations, each acquire with the contexts of :func:`contexts`). Each transition
+is compared with :func:`~affinity_proofs.bfs_spec_checks.effects_violation`, the plain
+rules of SPEC sections 7-10 -- the same reference the BFS uses on every edge -- and
+``allowed`` against R-REL-1.
 
 The pre-states are built with :class:`~affinity_core.LoadTable` and
 :class:`~affinity_core.StickyLru` from plain lists, so they are exactly the states a
@@ -42,7 +44,7 @@ from affinity_core import (
 from .bfs import Edge
 from .bfs_spec_checks import effects_violation
 
-__all__ = ["CONFIGS", "check_table"]
+__all__ = ["BAND_CONFIGS", "CONFIGS", "check_table", "contexts"]
 
 
 def _configs() -> tuple[Config, ...]:
@@ -57,7 +59,29 @@ def _configs() -> tuple[Config, ...]:
     out += [Config(full_determinism=True, max_cache_size=2),
             Config(full_determinism=True, hash_mode="stable", max_cache_size=2),
             Config(full_determinism=True, affinity_break_margin=0, max_cache_size=2)]
-    return tuple(out)
+    return (*out, *BAND_CONFIGS)
+
+
+# The context band (R-BAND-1, R-BAND-2, R-BAND-5): T = 1 (every token widens), a cap at
+# the margin (the band never widens), a cap above it, and under full_determinism.
+BAND_CONFIGS: tuple[Config, ...] = tuple(
+    Config(affinity_break_margin=m, affinity_break_tokens=t, affinity_break_band_cap=cap,
+           max_cache_size=2, tie_break=ties, full_determinism=det)
+    for m, t, cap, ties, det in ((0, 1, 1, "first", False), (1, 2, 3, "first", False),
+                                 (2, 5, 2, "first", False), (0, 2, 1, "first", True)))
+
+
+def contexts(config: Config) -> tuple[int | None, ...]:
+    """The acquire's ``context_tokens``: with the band absent, 0, T - 1, T, 2T and 10^9
+    (under full_determinism, which ignores it, absent and 10^9); with margin 1 and first
+    ties absent and 10^9 (ignored, R-BAND-3); else absent."""
+    t = config.affinity_break_tokens
+    if t is not None and config.full_determinism:
+        return (None, 10**9)
+    if t is not None:
+        return tuple(dict.fromkeys((None, 0, t - 1, t, 2 * t, 10**9)))
+    plain_margin_1 = config.affinity_break_margin == 1 and config.tie_break.value == "first"
+    return (None, 10**9) if plain_margin_1 and not config.full_determinism else (None,)
 
 
 CONFIGS: tuple[Config, ...] = _configs()
@@ -97,14 +121,18 @@ def _events(config: Config, state: State) -> Iterator[Event]:
     for rid in ("r", "q", None):
         for draw in draws:
             for h in hashes:
-                yield Acquire(request_id=rid, tie_draw=draw, request_hash=h)
+                for context in contexts(config):
+                    yield Acquire(request_id=rid, tie_draw=draw, request_hash=h,
+                                  context_tokens=context)
 
 
-def check_table(narrow_max: int = 7, max_failures: int = 1) -> tuple[int, list[str]]:
-    """(acquires checked, first failures) over every config, pre-state and acquire."""
+def check_table(narrow_max: int = 7, max_failures: int = 1,
+                configs: tuple[Config, ...] | None = None) -> tuple[int, list[str]]:
+    """(acquires checked, first failures) over every config (of ``configs``, default
+    :data:`CONFIGS`), pre-state and acquire."""
     failures: list[str] = []
     checked = 0
-    for config in CONFIGS:
+    for config in CONFIGS if configs is None else configs:
         for state in _states(config, narrow_max):
             for event in _events(config, state):
                 checked += 1
@@ -126,7 +154,9 @@ def check_table(narrow_max: int = 7, max_failures: int = 1) -> tuple[int, list[s
 
 def _config_text(c: Config) -> str:
     gate = c.dual_threshold
-    return (f"[margin={c.affinity_break_margin} ties={c.tie_break.value} "
+    band = "" if c.affinity_break_tokens is None else \
+        f" T={c.affinity_break_tokens} cap={c.affinity_break_band_cap}"
+    return (f"[margin={c.affinity_break_margin}{band} ties={c.tie_break.value} "
             f"det={c.full_determinism}/{c.hash_mode.value}"
             + (f" gate=({gate.balance_abs_threshold}, {gate.balance_rel_threshold})"
                if gate else "") + "]")

@@ -33,8 +33,8 @@ from .z3_bmc import shortest_trace
 from .z3_lemmas import Lemma, LemmaResult, lemma_by_name, run_lemma
 from .z3_model import Rules
 
-__all__ = ["bfs_mutant_job", "bfs_spec_job", "bmc_job", "config_job", "conformance_job",
-           "counterexample_job", "crosshair_jobs", "decision_table_job", "determinism_job",
+__all__ = ["bfs_mutant_job", "bfs_spec_job", "bmc_job", "conformance_job",
+           "counterexample_job", "crosshair_jobs", "describe", "determinism_job",
            "symmetry_job", "z3_lemma_job"]
 
 _DESCRIPTIONS = {m.name: m.description for m in MUTANTS}
@@ -351,61 +351,6 @@ def crosshair_jobs(scope: Scope) -> list[Row]:
                     "legacy_decide_3 vs core_decide_null_3: " + same.output.splitlines()[0]
                     if same.output else "no output", ("R-LEG-1", "R-TIE-3")))
     return rows
-
-
-def decision_table_job(scope: Scope) -> list[Row]:
-    """Obligation 15 beyond the BFS loads: every acquire over a table of load vectors and
-    wide pools, against SPEC's plain rules; the control is a tie-break mutant."""
-    from . import decision_table
-    from .mutants import by_name
-
-    start = time.perf_counter()
-    top = scope.decision_table_max
-    checked, failures = decision_table.check_table(top)
-    with by_name("ties_last_in_order").applied():
-        _, found = decision_table.check_table(top)
-    verdict = MutantVerdict("ties_last_in_order", describe("ties_last_in_order"), bool(found),
-                            found[0] if found else "no disagreement")
-    return [Row(15, "decision table (plain rules)",
-                f"N<=3 loads<={top}, N=33..65, {len(decision_table.CONFIGS)} configs",
-                not failures, time.perf_counter() - start, (verdict,),
-                "; ".join(failures) if failures else
-                f"{checked} acquires: outcome and successor as SPEC's rules say",
-                evidence={"acquires": checked})]
-
-
-def config_job() -> list[Row]:
-    """Obligation 19: the exhaustive edge-value table of R-CFG-*; obligation 18: SPEC's
-    worked examples of the deterministic index. Each with its control, in-process."""
-    from . import config_table
-    from .mutants import by_name
-
-    start = time.perf_counter()
-    cases, problems = config_table.check_table()
-    with by_name("cache_size_zero_accepted").applied():
-        _, mutant_problems = config_table.check_table()
-    table = Row(19, "exhaustive edge-value table", f"{cases} cases, 10 options + servers",
-                not problems, time.perf_counter() - start,
-                (MutantVerdict("cache_size_zero_accepted", describe("cache_size_zero_accepted"),
-                               bool(mutant_problems), "; ".join(mutant_problems[:2]) or
-                               "every case as SPEC says"),),
-                "; ".join(problems) if problems else
-                f"{cases} cases: accepted values stored as SPEC converts them, refused ones "
-                "raise ConfigError naming the option and the value",
-                evidence={"cases": cases})
-    start = time.perf_counter()
-    examples = config_table.check_examples()
-    with by_name("stable_mode_demands_hash").applied():
-        mutant_examples = config_table.check_examples()
-    worked = Row(18, "SPEC worked examples", "R-DET-2, R-DET-3, R-HASH-1 examples",
-                 not examples, time.perf_counter() - start,
-                 (MutantVerdict("stable_mode_demands_hash", describe("stable_mode_demands_hash"),
-                                bool(mutant_examples), "; ".join(mutant_examples[:1]) or
-                                "every example as SPEC says"),),
-                 "; ".join(examples) if examples else
-                 "stable_hash test values; P[h mod n] with h = -1 and a huge negative h; "
-                 "sorted(P)[crc32 mod n] on unsorted pools, with and without request_hash")
-    return [table, worked]
 
 
 def determinism_job() -> list[Row]:

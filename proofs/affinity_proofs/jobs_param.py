@@ -25,6 +25,7 @@ from __future__ import annotations
 import time
 
 from . import conformance_wide, structures
+from .mutants_band import BAND_WIDE_MUTANTS
 from .mutants_beyond import beyond_by_name
 from .report import MutantVerdict, Row
 from .scopes import Scope
@@ -141,34 +142,41 @@ def structure_job(structure: str, scope: Scope) -> list[Row]:
 
 
 WIDE_MUTANTS = ("tie_count_sums_children", "gate_relative_inverted", "caller_hash_abs_mod",
-                "hashed_unkeyed_takes_first", "ties_last_in_order")
+                "hashed_unkeyed_takes_first", "ties_last_in_order", *BAND_WIDE_MUTANTS)
 
 
 def conformance_wide_job(scope: Scope) -> list[Row]:
     start = time.perf_counter()
-    sample = conformance_wide.points(scope.wide_conformance_points)
+    general = conformance_wide.points(scope.wide_conformance_points)
+    banded = conformance_wide.points(scope.wide_conformance_points // 2, band=True)
+    sample = general + banded
     result = conformance_wide.run(0, sample=sample)
     verdicts = []
     for name in WIDE_MUTANTS:
+        # the same points; a band control meets the band's first (it stops at its first
+        # disagreement)
+        order = banded + general if name in BAND_WIDE_MUTANTS else sample
         with beyond_by_name(name).applied():
-            r = conformance_wide.run(0, max_failures=1, sample=sample)
+            r = conformance_wide.run(0, max_failures=1, sample=order)
         verdicts.append(MutantVerdict(name, _describe(name), bool(r.failures),
                                       r.failures[0] if r.failures else
                                       f"no disagreement in {r.points} points"))
     detail = (f"{result.points} Hypothesis points (derandomized): the all-N encoding agrees "
               f"with affinity_core.step; N <= {result.max_n}, loads <= {result.max_load}, "
               f"{result.negative_hashes} negative caller hashes, {result.gate_min_ge_4} gate "
-              "points with min >= 4")
+              f"points with min >= 4, {result.band_points} context-band points "
+              f"({result.band_hits_at_edge} hits at the band's edge)")
     if result.failures:
         detail = "; ".join(result.failures)
     return [Row(0, "Z3 all-N encoding == real core (wide)",
                 f"{result.points} points, N <= {result.max_n}, loads <= {result.max_load}, "
                 "hashes +-2^70", not result.failures, time.perf_counter() - start,
                 tuple(verdicts), detail, ("R-KEEP-1", "R-TIE-1", "R-TIE-4", "R-DET-2",
-                                          "R-GATE-1", "R-REL-1"),
+                                          "R-GATE-1", "R-REL-1", "R-BAND-1", "R-BAND-3"),
                 {"points": result.points, "max_n": result.max_n,
                  "max_load": result.max_load, "negative_hashes": result.negative_hashes,
-                 "gate_min_ge_4": result.gate_min_ge_4})]
+                 "gate_min_ge_4": result.gate_min_ge_4, "band_points": result.band_points,
+                 "band_hits_at_edge": result.band_hits_at_edge})]
 
 
 MERGE_SCOPE = "every fan-out k >= 1, every subtree size; with the leaves, every height"

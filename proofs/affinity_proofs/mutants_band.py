@@ -125,7 +125,7 @@ BAND_MUTANTS: tuple[Mutant, ...] = (
            _band_patch(None, under_det=True)),
     Mutant("context_without_tokens", "T null, yet the context widens the margin (m + c)",
            (1,), _band_patch(None, without_tokens=True)),
-    Mutant("band_tokens_zero_accepted", "affinity_break_tokens 0 is accepted", (19,),
+    Mutant("band_tokens_zero_accepted", "affinity_break_tokens (and band_cap) 0 accepted", (19,),
            _tokens_zero_accepted),
 )
 

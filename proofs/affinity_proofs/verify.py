@@ -31,7 +31,7 @@ from typing import Any
 
 import attrs
 
-from . import jobs, jobs_param
+from . import jobs, jobs_param, jobs_tables
 from .bfs_checks import CHECKS
 from .budget import BudgetPool, Crashed, Overrun, Task
 from .mutants import MUTANTS
@@ -105,9 +105,10 @@ def plan(scope: Scope, write_counterexamples: Path | None = None,
             Job("encoding conformance", jobs.conformance_job, (scope,), weight=5,
                 serves=frozenset({0})),
             Job("symmetry", jobs.symmetry_job, (scope,), weight=3, serves=frozenset({0})),
-            Job("configuration table", jobs.config_job, (), obligation=19,
+            Job("configuration table", jobs_tables.config_job, (), obligation=19,
                 serves=frozenset({18, 19})),
-            Job("decision table", jobs.decision_table_job, (scope,), weight=4, obligation=15,
+            Job("decision table", jobs_tables.decision_table_job, (scope,), weight=4,
+                obligation=15,
                 serves=frozenset({15}))]
     runs = scope.bfs_runs
     for mutant in MUTANTS:
