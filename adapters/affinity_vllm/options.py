@@ -67,6 +67,20 @@ def parse_margin(text: str) -> int | None:
         raise OptionsError(str(exc)) from None
 
 
+# The core names its options as verl does; on this command line they are flags.
+_FLAG_NAMES = (
+    ("affinity_break_band_cap", "--affinity-break-band-cap"),
+    ("affinity_break_tokens", "--affinity-break-tokens"),
+    ("affinity_break_margin", "--margin"),
+)
+
+
+def _as_flags(message: str) -> str:
+    for option, flag in _FLAG_NAMES:
+        message = message.replace(option, flag)
+    return message
+
+
 def _backends(value: Any) -> tuple[str, ...]:
     if isinstance(value, str) or not isinstance(value, (list, tuple)):
         raise OptionsError(f"backends must be a list of URLs, got {value!r}")
@@ -191,4 +205,4 @@ class RouterOptions:
                 lease_accounting=self.lease_accounting,
             )
         except ConfigError as exc:
-            raise OptionsError(str(exc)) from None
+            raise OptionsError(_as_flags(str(exc))) from None

@@ -71,12 +71,12 @@ def test_the_estimate_is_utf8_bytes_over_four(
 # ------------------------------------------------------------------------ options
 @pytest.mark.parametrize(("argv", "message"), [
     (["--margin", "1", "--affinity-break-tokens", "0", "--affinity-break-band-cap", "2"],
-     "affinity_break_tokens must be null or an integer >= 1, got 0 (int)"),
+     "--affinity-break-tokens must be null or an integer >= 1, got 0 (int)"),
     (["--margin", "2", "--affinity-break-tokens", "100", "--affinity-break-band-cap", "1"],
-     "affinity_break_band_cap must be an integer >= affinity_break_margin (2), got 1"),
+     "--affinity-break-band-cap must be an integer >= --margin (2), got 1"),
     (["--margin", "1", "--affinity-break-tokens", "100"], "are set together"),
     (["--affinity-break-tokens", "100", "--affinity-break-band-cap", "2"],
-     "affinity_break_margin, which is null; set the margin too"),
+     "--margin, which is null; set the margin too"),
 ])
 def test_bad_band_options_fail_at_startup(argv: list[str], message: str,
                                           capsys: pytest.CaptureFixture[str]) -> None:
