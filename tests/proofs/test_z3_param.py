@@ -73,6 +73,12 @@ def wide_points() -> list[conformance_wide.WidePoint]:
     return conformance_wide.points(scope_named("small").wide_conformance_points)
 
 
+@pytest.fixture(scope="module")
+def band_points() -> list[conformance_wide.WidePoint]:
+    """The context band's points, as conformance_wide_job draws them (R-BAND-1, R-BAND-3)."""
+    return conformance_wide.points(scope_named("small").wide_conformance_points // 2, band=True)
+
+
 def test_wide_points_reproducible_and_wide(
         wide_points: list[conformance_wide.WidePoint]) -> None:
     again = conformance_wide.points(len(wide_points))
@@ -84,16 +90,18 @@ def test_wide_points_reproducible_and_wide(
     assert any(not p.keyed and p.tie_break == "hashed" for p in wide_points)
 
 
-def test_wide_conformance_spec_agrees(wide_points: list[conformance_wide.WidePoint]) -> None:
-    r = conformance_wide.run(0, sample=wide_points)
+def test_wide_conformance_spec_agrees(wide_points: list[conformance_wide.WidePoint],
+                                      band_points: list[conformance_wide.WidePoint]) -> None:
+    r = conformance_wide.run(0, sample=wide_points + band_points)
     assert r.failures == ()
+    assert r.band_points >= len(band_points) and r.band_hits_at_edge >= 10
 
 
 @pytest.mark.parametrize("mutant", jobs_param.WIDE_MUTANTS)
-def test_wide_mutants_refuted(mutant: str,
-                              wide_points: list[conformance_wide.WidePoint]) -> None:
+def test_wide_mutants_refuted(mutant: str, wide_points: list[conformance_wide.WidePoint],
+                              band_points: list[conformance_wide.WidePoint]) -> None:
     with beyond_by_name(mutant).applied():
-        r = conformance_wide.run(0, max_failures=1, sample=wide_points)
+        r = conformance_wide.run(0, max_failures=1, sample=band_points + wide_points)
     assert r.failures, mutant
 
 
