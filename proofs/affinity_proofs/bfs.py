@@ -53,6 +53,7 @@ import attrs
 from immutables import Map
 
 from affinity_core import Config, Event, LeaseBook, State, Transition, initial_state, step
+from affinity_core.values import evolve
 
 __all__ = [
     "BfsResult",
@@ -162,7 +163,7 @@ def normalize(state: State) -> State:
     if state.affinity_kept <= 1 and state.affinity_broken <= 1 and not book.epoch \
             and not book.held and book.next_epoch == 0:
         return state
-    return attrs.evolve(
+    return evolve(
         state,
         affinity_kept=_clamp(state.affinity_kept),
         affinity_broken=_clamp(state.affinity_broken),

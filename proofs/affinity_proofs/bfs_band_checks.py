@@ -30,6 +30,7 @@ import attrs
 
 from affinity_core import Acquire, Acquired, Config, Path, classify, step
 from affinity_core.machine import Lookup
+from affinity_core.values import evolve
 
 from .bfs import Check, Edge
 
@@ -123,7 +124,7 @@ def _context_ignored(edge: Edge) -> str | None:
     ev, t = edge.event, edge.transition
     if not isinstance(ev, Acquire) or t is None:
         return None
-    other = attrs.evolve(ev, context_tokens=HUGE_CONTEXT if ev.context_tokens is None
+    other = evolve(ev, context_tokens=HUGE_CONTEXT if ev.context_tokens is None
                          else None)
     again = step(edge.config, edge.pre, other)
     if again.outcome != t.outcome:

@@ -51,6 +51,7 @@ from affinity_core import (
 from affinity_core import invariants as inv
 from affinity_core.legacy import LegacyModel, legacy_step
 from affinity_core.machine import Lookup
+from affinity_core.values import evolve
 
 from .bfs import Check, Edge
 from .bfs_band_checks import BAND_CHECKS
@@ -143,15 +144,15 @@ def _alternatives(c: Config, pre: State, rid: str | None) -> list[tuple[str, Con
     shuffled = [len(items) - i + 3 * (i % 2) for i in range(len(items))]
     for label, loads in (("idle loads", [0] * len(items)), ("other loads", shuffled)):
         table = LoadTable.build((s, n) for (s, _), n in zip(items, loads, strict=True))
-        out.append((label, c, attrs.evolve(pre, pool=table)))
+        out.append((label, c, evolve(pre, pool=table)))
     for margin in (None, 0, 5):  # margin only: the context band (if any) dropped
         out.append((f"margin {margin}", attrs.evolve(
             c, affinity_break_margin=margin, dual_threshold=None, affinity_break_tokens=None,
             affinity_break_band_cap=None), pre))
-    out.append(("no other sticky entries", c, attrs.evolve(pre, lru=only_entry)))
+    out.append(("no other sticky entries", c, evolve(pre, lru=only_entry)))
     if c.hash_mode is HashMode.STABLE:
         reordered = LoadTable.build(tuple(reversed(items)))
-        out.append(("reversed pool order", c, attrs.evolve(pre, pool=reordered)))
+        out.append(("reversed pool order", c, evolve(pre, pool=reordered)))
     return out
 
 
@@ -164,7 +165,7 @@ def _determinism(edge: Edge) -> str | None:
         return "a pin was broken under full_determinism"
     decision = o.server_id if isinstance(o, Acquired) else None
     # R-BAND-5: the context is ignored too (with or without the band configured)
-    other = attrs.evolve(ev, context_tokens=10**9 if ev.context_tokens is None else None)
+    other = evolve(ev, context_tokens=10**9 if ev.context_tokens is None else None)
     for label, alt_config, alt_state, alt_event in (
             *((*a, ev) for a in _alternatives(c, pre, ev.request_id)),
             (f"context_tokens={other.context_tokens}", c, pre, other)):

@@ -27,7 +27,9 @@ held leases and epochs -- and compares every edge of every BFS run with them:
   ``stable_hash``.
 
 Nothing here calls the core's policy, machine or status helpers: only the plain fields
-of the state and the configuration are read.
+of the state and the configuration are read. The plain values and decisions (KEEP with
+the context band of section 7.5, the tie set, the deterministic index, the lease
+verdict) are in :mod:`.bfs_spec_plain`.
 """
 
 from __future__ import annotations

@@ -27,8 +27,6 @@ import itertools
 from collections.abc import Iterator
 from fractions import Fraction
 
-import attrs
-
 from affinity_core import (
     Acquire,
     Config,
@@ -40,6 +38,7 @@ from affinity_core import (
     initial_state,
     step,
 )
+from affinity_core.values import evolve
 
 from .bfs import Edge
 from .bfs_spec_checks import effects_violation
@@ -101,7 +100,7 @@ def _states(config: Config, narrow_max: int) -> Iterator[State]:
             pool = LoadTable.build(zip(servers, loads, strict=True))
             for pin in (None, "gone", *servers):
                 lru = StickyLru(2) if pin is None else StickyLru(2).put("r", pin)
-                yield attrs.evolve(base, pool=pool, lru=lru)
+                yield evolve(base, pool=pool, lru=lru)
     for n, minima in _WIDE_PATTERNS:
         servers = [f"w{i:02d}" for i in range(n)]
         base = initial_state(config, servers)
@@ -109,7 +108,7 @@ def _states(config: Config, narrow_max: int) -> Iterator[State]:
         pool = LoadTable.build(zip(servers, wide, strict=True))
         for pin in (None, servers[minima[-1]], servers[1 if 1 not in minima else 2]):
             lru = StickyLru(2) if pin is None else StickyLru(2).put("r", pin)
-            yield attrs.evolve(base, pool=pool, lru=lru)
+            yield evolve(base, pool=pool, lru=lru)
 
 
 def _events(config: Config, state: State) -> Iterator[Event]:

@@ -33,8 +33,6 @@ import importlib
 from collections.abc import Callable, Iterator
 from typing import Any
 
-import attrs
-
 import affinity_core.machine as machine
 import affinity_core.policy as policy
 from affinity_core import (
@@ -52,6 +50,7 @@ from affinity_core import (
 from affinity_core.machine import ACQUIRE_RULES, TRANSITIONS, Lookup, Transition
 from affinity_core.outcomes import Rejected, RejectReason, Released
 from affinity_core.state import State
+from affinity_core.values import evolve
 
 from . import mutants_keep
 from .mutants_band import BAND_MUTANTS
@@ -68,7 +67,7 @@ __all__ = ["MUTANTS", "Mutant", "by_name", "patched"]
 
 def _rule_patch(lookup: Lookup, **changes: Any) -> Patch:
     def patch() -> Iterator[None]:
-        with patched(ACQUIRE_RULES, lookup, attrs.evolve(ACQUIRE_RULES[lookup], **changes)):
+        with patched(ACQUIRE_RULES, lookup, evolve(ACQUIRE_RULES[lookup], **changes)):
             yield
 
     return patch
@@ -108,8 +107,8 @@ def _evicts_one_late() -> Iterator[None]:
     original = StickyLru.put
 
     def put(self: StickyLru, request_id: str, server_id: str) -> StickyLru:
-        grown = attrs.evolve(self, capacity=self.capacity + 1)
-        return attrs.evolve(original(grown, request_id, server_id), capacity=self.capacity)
+        grown = evolve(self, capacity=self.capacity + 1)
+        return evolve(original(grown, request_id, server_id), capacity=self.capacity)
 
     def evicts(self: StickyLru, request_id: str) -> str | None:
         return None if len(self) <= self.capacity else self.oldest
@@ -136,7 +135,7 @@ def _release_no_clamp(config: Config, state: State, event: Release, t: Transitio
     o = t.outcome
     if isinstance(o, Released) and o.result is ReleaseResult.AT_ZERO:
         pool = state.pool.add_load(event.server_id, -1)
-        return Transition(attrs.evolve(state, pool=pool),
+        return Transition(evolve(state, pool=pool),
                           Released(event.server_id, ReleaseResult.APPLIED))
     return t
 
@@ -148,19 +147,19 @@ def _acquire_counts_wrong_server(config: Config, state: State, event: Acquire,
     if not isinstance(o, Acquired) or not others:
         return t
     pool = t.state.pool.add_load(o.server_id, -1).add_load(others[0], 1)
-    return Transition(attrs.evolve(t.state, pool=pool), o)
+    return Transition(evolve(t.state, pool=pool), o)
 
 
 def _clear_resets_counters(config: Config, state: State, event: ClearStickyCache,
                            t: Transition) -> Transition:
-    return Transition(attrs.evolve(t.state, affinity_kept=0, affinity_broken=0), t.outcome)
+    return Transition(evolve(t.state, affinity_kept=0, affinity_broken=0), t.outcome)
 
 
 def _empty_pool_clears_map(config: Config, state: State, event: Acquire,
                            t: Transition) -> Transition:
     o = t.outcome
     if isinstance(o, Rejected) and o.reason is RejectReason.NO_SERVERS:
-        return Transition(attrs.evolve(t.state, lru=t.state.lru.cleared()), o)
+        return Transition(evolve(t.state, lru=t.state.lru.cleared()), o)
     return t
 
 
@@ -185,7 +184,7 @@ def _lease_ignores_epoch() -> Iterator[None]:
                ) -> tuple[LeaseBook, str]:
         book, verdict = original(self, request_id, server_id)
         if verdict == "stale":
-            return attrs.evolve(book, stale_leases=self.stale_leases), "current"
+            return evolve(book, stale_leases=self.stale_leases), "current"
         return book, verdict
 
     with patched(LeaseBook, "settle", settle):
@@ -196,7 +195,7 @@ def _evicted_not_reported(config: Config, state: State, event: Acquire,
                           t: Transition) -> Transition:
     o = t.outcome
     if isinstance(o, Acquired) and o.evicted is not None:
-        return attrs.evolve(t, outcome=attrs.evolve(o, evicted=None))
+        return evolve(t, outcome=evolve(o, evicted=None))
     return t
 
 
@@ -220,7 +219,7 @@ def _unknown_leases_not_counted() -> Iterator[None]:
     def settle(self: LeaseBook, request_id: str | None, server_id: str
                ) -> tuple[LeaseBook, str]:
         book, verdict = original(self, request_id, server_id)
-        return attrs.evolve(book, unknown_leases=self.unknown_leases), verdict
+        return evolve(book, unknown_leases=self.unknown_leases), verdict
 
     with patched(LeaseBook, "settle", settle):
         yield

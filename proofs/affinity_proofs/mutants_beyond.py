@@ -19,11 +19,10 @@ import importlib
 from collections.abc import Iterator
 from typing import Any
 
-import attrs
-
 import affinity_core.machine as machine
 import affinity_core.policy as policy
 from affinity_core import Acquire, Config, HashMode, LoadTable, StickyLru, TieBreak
+from affinity_core.values import evolve
 
 from .mutants import by_name
 from .mutants_base import _ORIGINAL_KEEP, Mutant, _keep_patch, allowed_mod, patched
@@ -52,7 +51,7 @@ def _summary_not_refreshed() -> Iterator[None]:
         if self.depth == 0 or self.tree is None or new.tree is None:
             return new
         stale = (*self.tree[:3], *new.tree[3:])  # the root keeps its old min/count/max
-        return attrs.evolve(new, tree=stale)
+        return evolve(new, tree=stale)
 
     with patched(LoadTable, "add_load", add_load):
         yield
@@ -77,7 +76,7 @@ def _caller_hash_abs() -> Iterator[None]:
     def mutated(config: Config, pool: LoadTable, sorted_servers: tuple[str, ...],
                 event: Acquire) -> str:
         if config.hash_mode is HashMode.CALLER and event.request_hash is not None:
-            event = attrs.evolve(event, request_hash=abs(event.request_hash))
+            event = evolve(event, request_hash=abs(event.request_hash))
         return original(config, pool, sorted_servers, event)
 
     with patched(machine, "deterministic_server", mutated), \
@@ -103,7 +102,7 @@ def _lru_touch_keeps_oldest() -> Iterator[None]:
     def touch(self: StickyLru, request_id: str) -> StickyLru:
         new = original(self, request_id)
         if request_id == self.oldest and len(self) > 1:
-            return attrs.evolve(new, oldest=self.oldest)  # `oldest` not advanced
+            return evolve(new, oldest=self.oldest)  # `oldest` not advanced
         return new
 
     with patched(StickyLru, "touch", touch):

@@ -29,6 +29,7 @@ from typing import Any
 
 from .bfs_tasks import run_spec
 from .scopes import scope_named
+from .z3_band_lemmas import BAND_LEMMAS
 from .z3_lemmas import LEMMAS, lemma_by_name, run_lemma
 from .z3_param_lemmas import PARAM_LEMMAS
 from .z3_param_lemmas import run as run_param
@@ -67,7 +68,7 @@ def largest_n(name: str, budget: float, max_n: int) -> dict[str, Any]:
 def all_n_times() -> list[dict[str, Any]]:
     """CPU time of each all-N lemma (z3_param_lemmas) and of refuting its mutants."""
     out = []
-    for lemma in PARAM_LEMMAS:
+    for lemma in (*PARAM_LEMMAS, *BAND_LEMMAS):
         start = time.process_time()
         proof = run_param(lemma)
         proof_cpu = time.process_time() - start

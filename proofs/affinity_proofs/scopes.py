@@ -147,13 +147,13 @@ def _runs(big: Universe, wide: Universe, cap: int, cache: int, lease: Universe,
                c(affinity_break_margin=1, lease_accounting=True), lease_keyed, cap, lease_cap,
                env="lease+ambiguous"),
         # The context band (obligation 20): each acquire with the contexts absent, 0, T - 1,
-        # T, 2T, 10^9. m 0 / T 2 / cap 1 reaches the cap at c = 2T; m 1 / T 2 / cap 2 widens
-        # above a margin >= 1 and needs load 3 to show the cap; under full_determinism a
-        # pin at min + 1 is kept only because the band is ignored (m 0).
+        # T, 2T, 10^9. m 0 / T 2 / cap 1 reaches the cap at c = 2T (load 2 at min 0 tells
+        # the cap from m + c // T = 2); m 1 / T 2 / cap 2 widens above a margin >= 1; under
+        # full_determinism a pin at min + 1 is kept only because the band is ignored (m 0).
         BfsRun("band m0 T2 cap1", c(affinity_break_margin=0, affinity_break_tokens=2,
                                     affinity_break_band_cap=1), band, wcap),
         BfsRun("band m1 T2 cap2", c(affinity_break_margin=1, affinity_break_tokens=2,
-                                    affinity_break_band_cap=2), band, cap + 1),
+                                    affinity_break_band_cap=2), band, cap),
         BfsRun("band m0 T2 cap1, full_determinism caller",
                c(affinity_break_margin=0, affinity_break_tokens=2, affinity_break_band_cap=1,
                  full_determinism=True), band_det, max(cap - 1, 1)),

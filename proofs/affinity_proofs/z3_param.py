@@ -28,6 +28,11 @@ R-REL-1), so a lemma about it holds for every tie-break mode. The caller hash ``
 integer and the deterministic index is ``h mod n`` -- Z3's ``mod`` by a positive divisor
 is Euclidean, which for ``n > 0`` is exactly Python's floored ``%`` (R-DET-2).
 
+A pool built with ``band=True`` also carries the context band (R-BAND-1): ``T``, ``cap``,
+the context ``c`` and ``c = q*T + r`` with ``0 <= r < T`` (:meth:`Pool.band_domain`), and
+the keep rule compares with :func:`band_width` instead of the margin; a pool without it
+builds exactly the margin's formulas. The band's lemmas are :mod:`.z3_band_lemmas`.
+
 Encoded mutants reuse :class:`~affinity_proofs.z3_model.Rules` (the spec's keep rule,
 break rule, tie order) plus the hash rule ``det_mod``: ``"floor"`` (the spec),
 ``"abs"`` (``abs(h) % n``) or ``"trunc"`` (C's remainder, negative for a negative hash).
