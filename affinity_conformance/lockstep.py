@@ -68,6 +68,7 @@ from affinity_core import (
     status,
     step,
 )
+from affinity_core.values import evolve
 
 from .diagnosis import describe_event, explain_acquire, explain_counters, explain_state_change
 from .impl_loader import Impl, context_field
@@ -165,9 +166,9 @@ class Lockstep:
         config, pre = self.config, self.state
         if (config.full_determinism and config.hash_mode is HashMode.CALLER
                 and event.request_id is not None):
-            event = attrs.evolve(event, request_hash=hash(event.request_id))
+            event = evolve(event, request_hash=hash(event.request_id))
         if config.tie_break is not TieBreak.DRAW:
-            event = attrs.evolve(event, tie_draw=0)
+            event = evolve(event, tie_draw=0)
         self.current = event
         permitted_set = allowed(config, pre, event)
         permitted = [s for s, _ in pre.pool.items() if s in permitted_set]
@@ -307,7 +308,7 @@ def _with_choice(config: Config, pre: State, event: Acquire, chosen: str) -> Acq
         assert fed is not None
         return fed
     ties = pre.pool.least_loaded_all()  # hashed tie-break, unkeyed: the draw decides
-    return attrs.evolve(event, tie_draw=ties.index(chosen)) if chosen in ties else event
+    return evolve(event, tie_draw=ties.index(chosen)) if chosen in ties else event
 
 
 def _requirements_for(op: str) -> list[str]:

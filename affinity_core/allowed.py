@@ -20,13 +20,12 @@ differential tests use it to feed an implementation's random choice back into th
 
 from __future__ import annotations
 
-import attrs
-
 from .config import Config, TieBreak
 from .events import Acquire
 from .machine import Lookup, _config_rejection, classify
 from .policy import deterministic_server
 from .state import State
+from .values import evolve
 
 __all__ = ["allowed", "draw_for"]
 
@@ -57,5 +56,5 @@ def draw_for(config: Config, state: State, event: Acquire, server_id: str) -> Ac
         return None
     ties = state.pool.least_loaded_all() if len(state.pool) else ()
     if server_id in ties and config.tie_break is TieBreak.DRAW:
-        return attrs.evolve(event, tie_draw=ties.index(server_id))
+        return evolve(event, tie_draw=ties.index(server_id))
     return event

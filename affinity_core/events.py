@@ -27,9 +27,9 @@ so the machine only has to reject events that do not fit the configuration or st
 
 from __future__ import annotations
 
-from typing import Any
+from typing import final
 
-import attrs
+from .values import Value, register
 
 __all__ = [
     "Acquire",
@@ -77,81 +77,98 @@ def _server_tuple(value: object) -> tuple[str, ...]:
     return tuple(value)
 
 
-def _non_negative_int(_inst: Any, attr: attrs.Attribute[Any], value: Any) -> None:
+def _non_negative_int(name: str, value: object) -> None:
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise EventError(f"{attr.name} must be an integer >= 0, got {value!r}")
+        raise EventError(f"{name} must be an integer >= 0, got {value!r}")
 
 
-def _optional_int(_inst: Any, attr: attrs.Attribute[Any], value: Any) -> None:
+def _optional_int(name: str, value: object) -> None:
     if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
-        raise EventError(f"{attr.name} must be an integer or null, got {value!r}")
+        raise EventError(f"{name} must be an integer or null, got {value!r}")
 
 
-# Acquire and Release are built once per request, so each checks its fields in one
-# __attrs_post_init__ (one call) instead of one attrs validator per field; the checks and
-# messages are those of the validators above.
+# Events are native values (values.py). Acquire and Release are built once per request,
+# so their __init__ tests the common case first (exact ints, ASCII ids) and leaves
+# anything unusual to the general checks above, with the same rules and messages.
+# Their constructors are keyword-only, as before. Constructors take ``object``: they are
+# the validators of untrusted input (R-EV-2), so a wrong type must reach the checks and
+# get an EventError naming the field -- a compiled build would otherwise refuse it at
+# the call with a bare TypeError. The fields themselves are precisely typed.
 
 
-@attrs.frozen(kw_only=True)
-class Acquire:
+@final
+class Acquire(Value):
+    __slots__ = ("context_tokens", "request_hash", "request_id", "tie_draw")
+    __match_args__ = ("request_id", "tie_draw", "request_hash", "context_tokens")
     request_id: str | None
-    tie_draw: int = 0
-    request_hash: int | None = None
-    context_tokens: int | None = None
+    tie_draw: int
+    request_hash: int | None
+    context_tokens: int | None
 
-    def __attrs_post_init__(self) -> None:
-        rid: object = self.request_id
-        if rid is not None and not is_valid_id(rid):
-            _id("request_id", rid)
-        draw: object = self.tie_draw
-        if type(draw) is not int or draw < 0:  # anything unusual: the validator decides
-            _non_negative_int(self, _ACQUIRE_FIELDS.tie_draw, draw)
-        given: object = self.request_hash
-        if given is not None and type(given) is not int:
-            _optional_int(self, _ACQUIRE_FIELDS.request_hash, given)
-        context: object = self.context_tokens
-        if context is not None and (type(context) is not int or context < 0):
+    def __init__(self, *, request_id: object, tie_draw: object = 0,
+                 request_hash: object = None, context_tokens: object = None) -> None:
+        if request_id is not None and not is_valid_id(request_id):
+            _id("request_id", request_id)
+        if type(tie_draw) is not int or tie_draw < 0:
+            _non_negative_int("tie_draw", tie_draw)
+        if request_hash is not None and type(request_hash) is not int:
+            _optional_int("request_hash", request_hash)
+        if context_tokens is not None and (
+                isinstance(context_tokens, bool) or not isinstance(context_tokens, int)
+                or context_tokens < 0):
             raise EventError(
-                f"context_tokens must be null or an integer >= 0, got {context!r}"
+                f"context_tokens must be null or an integer >= 0, got {context_tokens!r}"
             )
+        object.__setattr__(self, "request_id", request_id)
+        object.__setattr__(self, "tie_draw", tie_draw)
+        object.__setattr__(self, "request_hash", request_hash)
+        object.__setattr__(self, "context_tokens", context_tokens)
 
 
-@attrs.frozen(kw_only=True)
-class Release:
+@final
+class Release(Value):
+    __slots__ = ("request_id", "server_id")
+    __match_args__ = ("server_id", "request_id")
     server_id: str
-    request_id: str | None = None
+    request_id: str | None
 
-    def __attrs_post_init__(self) -> None:
-        sid: object = self.server_id
-        if not is_valid_id(sid):
-            _id("server_id", sid)
-        rid: object = self.request_id
-        if rid is not None and not is_valid_id(rid):
-            _id("request_id", rid)
-
-
-_ACQUIRE_FIELDS = attrs.fields(Acquire)
+    def __init__(self, *, server_id: object, request_id: object = None) -> None:
+        if not is_valid_id(server_id):
+            _id("server_id", server_id)
+        if request_id is not None and not is_valid_id(request_id):
+            _id("request_id", request_id)
+        object.__setattr__(self, "server_id", server_id)
+        object.__setattr__(self, "request_id", request_id)
 
 
-@attrs.frozen(kw_only=True)
-class AddServers:
-    server_ids: tuple[str, ...] = attrs.field(converter=_server_tuple)
+@final
+class AddServers(Value):
+    __slots__ = ("server_ids",)
+    __match_args__ = ("server_ids",)
+    server_ids: tuple[str, ...]
 
-    @server_ids.validator
-    def _unique(self, _a: object, value: tuple[str, ...]) -> None:
+    def __init__(self, *, server_ids: object) -> None:
+        ids = _server_tuple(server_ids)
         # verl takes a dict, whose keys are unique.
-        if len(set(value)) != len(value):
-            raise EventError(f"server_ids must be unique, got {list(value)!r}")
+        if len(set(ids)) != len(ids):
+            raise EventError(f"server_ids must be unique, got {list(ids)!r}")
+        object.__setattr__(self, "server_ids", ids)
 
 
-@attrs.frozen(kw_only=True)
-class RemoveServers:
-    server_ids: tuple[str, ...] = attrs.field(converter=_server_tuple)
+@final
+class RemoveServers(Value):
+    __slots__ = ("server_ids",)
+    __match_args__ = ("server_ids",)
+    server_ids: tuple[str, ...]
+
+    def __init__(self, *, server_ids: object) -> None:
+        object.__setattr__(self, "server_ids", _server_tuple(server_ids))
 
 
-@attrs.frozen
-class ClearStickyCache:
-    pass
+@final
+class ClearStickyCache(Value):
+    __slots__ = ()
+    __match_args__ = ()
 
 
 def _observations(value: object) -> tuple[tuple[str, int], ...]:
@@ -172,9 +189,17 @@ def _observations(value: object) -> tuple[tuple[str, int], ...]:
     return tuple(out)
 
 
-@attrs.frozen(kw_only=True)
-class ObserveLoads:
-    observed: tuple[tuple[str, int], ...] = attrs.field(converter=_observations)
+@final
+class ObserveLoads(Value):
+    __slots__ = ("observed",)
+    __match_args__ = ("observed",)
+    observed: tuple[tuple[str, int], ...]
+
+    def __init__(self, *, observed: object) -> None:
+        object.__setattr__(self, "observed", _observations(observed))
+
+
+register(Acquire, Release, AddServers, RemoveServers, ClearStickyCache, ObserveLoads)
 
 
 Event = Acquire | Release | AddServers | RemoveServers | ClearStickyCache | ObserveLoads

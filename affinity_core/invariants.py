@@ -27,6 +27,7 @@ from .machine import Transition
 from .outcomes import Acquired, Path, Rejected, Released, ReleaseResult
 from .policy import keep_band
 from .state import State
+from .values import evolve
 
 __all__ = [
     "Ledger",
@@ -147,7 +148,7 @@ def rejection_preserves_state(pre: State, t: Transition) -> bool:
         return True
     gone = set(pre.lru.items()) - set(t.state.lru.items())
     return (
-        attrs.evolve(t.state, lru=pre.lru) == pre
+        evolve(t.state, lru=pre.lru) == pre
         and len(gone) == 1
         and next(iter(gone))[1] not in pre.pool
         and set(t.state.lru.items()) <= set(pre.lru.items())

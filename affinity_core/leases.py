@@ -27,8 +27,11 @@ settles one of them.
 
 from __future__ import annotations
 
-import attrs
+from typing import final
+
 from immutables import Map
+
+from .values import Value, register
 
 __all__ = ["LeaseBook"]
 
@@ -41,13 +44,26 @@ _NO_LEASES: Map[_Key, _Held] = Map()
 _NO_EPOCHS: Map[str, int] = Map()
 
 
-@attrs.frozen
-class LeaseBook:
-    held: Map[_Key, _Held] = _NO_LEASES
-    epoch: Map[str, int] = _NO_EPOCHS
-    next_epoch: int = 0
-    unknown_leases: int = 0
-    stale_leases: int = 0
+@final
+class LeaseBook(Value):
+    __slots__ = ("epoch", "held", "next_epoch", "stale_leases", "unknown_leases")
+    __match_args__ = ("held", "epoch", "next_epoch", "unknown_leases", "stale_leases")
+    held: Map[_Key, _Held]
+    epoch: Map[str, int]
+    next_epoch: int
+    unknown_leases: int
+    stale_leases: int
+
+    def __init__(self, held: Map[_Key, _Held] = _NO_LEASES, epoch: Map[str, int] = _NO_EPOCHS,
+                 next_epoch: int = 0, unknown_leases: int = 0, stale_leases: int = 0) -> None:
+        object.__setattr__(self, "held", held)
+        object.__setattr__(self, "epoch", epoch)
+        object.__setattr__(self, "next_epoch", next_epoch)
+        object.__setattr__(self, "unknown_leases", unknown_leases)
+        object.__setattr__(self, "stale_leases", stale_leases)
+
+    def _with(self, held: Map[_Key, _Held], unknown: int, stale: int) -> LeaseBook:
+        return LeaseBook(held, self.epoch, self.next_epoch, unknown, stale)
 
     def open_count(self, server_id: str) -> int:
         """Open leases on the server's current epoch (O(leases); for invariants)."""
@@ -66,14 +82,15 @@ class LeaseBook:
         for sid in server_ids:
             if sid not in epoch:
                 epoch, nxt = epoch.set(sid, nxt), nxt + 1
-        return attrs.evolve(self, epoch=epoch, next_epoch=nxt)
+        return LeaseBook(self.held, epoch, nxt, self.unknown_leases, self.stale_leases)
 
     def closed(self, server_ids: tuple[str, ...]) -> LeaseBook:
         epoch = self.epoch
         for sid in server_ids:
             if sid in epoch:
                 epoch = epoch.delete(sid)
-        return attrs.evolve(self, epoch=epoch)
+        return LeaseBook(self.held, epoch, self.next_epoch, self.unknown_leases,
+                         self.stale_leases)
 
     def grant(self, request_id: str | None, server_id: str) -> LeaseBook:
         key = (request_id, server_id)
@@ -85,14 +102,14 @@ class LeaseBook:
                 break
         else:
             held = (*held, (current, 1))
-        return attrs.evolve(self, held=self.held.set(key, held))
+        return self._with(self.held.set(key, held), self.unknown_leases, self.stale_leases)
 
     def settle(self, request_id: str | None, server_id: str) -> tuple[LeaseBook, str]:
         """Match a release; returns the new book and ``current``, ``stale`` or ``unknown``."""
         key = (request_id, server_id)
         held = self.held.get(key)
         if held is None:
-            return attrs.evolve(self, unknown_leases=self.unknown_leases + 1), "unknown"
+            return self._with(self.held, self.unknown_leases + 1, self.stale_leases), "unknown"
         # Releases of one (request_id, server) pair end its leases in acquire order: the
         # oldest epoch first. A release cannot say which turn it ends, and a conversation's
         # turns are sequential, so a late release after a remove/re-add belongs to the
@@ -100,7 +117,9 @@ class LeaseBook:
         epoch, count = held[0]
         verdict = "current" if epoch == self.epoch.get(server_id) else "stale"
         rest = (*(((epoch, count - 1),) if count > 1 else ()), *held[1:])
-        book = attrs.evolve(self, held=self.held.set(key, rest) if rest else self.held.delete(key))
-        if verdict == "stale":
-            book = attrs.evolve(book, stale_leases=book.stale_leases + 1)
-        return book, verdict
+        held_after = self.held.set(key, rest) if rest else self.held.delete(key)
+        stale = self.stale_leases + 1 if verdict == "stale" else self.stale_leases
+        return self._with(held_after, self.unknown_leases, stale), verdict
+
+
+register(LeaseBook)

@@ -34,11 +34,11 @@ All loads are Python ints; there are no floats anywhere in a routing decision.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from itertools import compress
-from typing import Any
+from typing import Any, final
 
-import attrs
 from immutables import Map
+
+from .values import Value, register
 
 __all__ = ["FANOUT", "LoadTable"]
 
@@ -52,8 +52,44 @@ Node = tuple[Any, ...]
 
 
 def _leaf(loads: tuple[int, ...]) -> Node:
-    low = min(loads)
-    return (low, loads.count(low), max(loads), loads)
+    # One typed pass for the three summaries: C in the compiled build, where the generic
+    # min/count/max calls would each cost a full interpreter-speed scan.
+    low = high = loads[0]
+    count = 0
+    for load in loads:
+        if load < low:
+            low, count = load, 1
+        elif load == low:
+            count += 1
+        if load > high:
+            high = load
+    return (low, count, high, loads)
+
+
+def _bumped(leaf: Node, j: int, delta: int) -> Node:
+    """``leaf`` with slot ``j`` changed by ``delta``: equal to ``_leaf`` of the new loads.
+
+    Acquire and release move one load by one, so the summary is updated from the old
+    one instead of rescanned; a scan remains only when the unique minimum moves up or
+    a maximum moves down. Any other delta (an observation) rescans.
+    """
+    loads: tuple[int, ...] = leaf[3]
+    old = loads[j]
+    new = old + delta
+    changed = _with_int(loads, j, new)
+    low: int = leaf[0]
+    count: int = leaf[1]
+    high: int = leaf[2]
+    if delta == 1 and (old != low or count > 1):
+        # The minimum stays (one fewer at it if ``old`` was there); the max may grow.
+        return (low, count - 1 if old == low else count, new if new > high else high,
+                changed)
+    if delta == -1 and old != high:
+        # The maximum stays; the minimum may be joined or undercut.
+        if new < low:
+            return (new, 1, high, changed)
+        return (low, count + 1 if new == low else count, high, changed)
+    return _leaf(changed)
 
 
 def _internal(children: tuple[Node, ...]) -> Node:
@@ -69,9 +105,31 @@ def _summarise(
     counts: tuple[int, ...],
     maxes: tuple[int, ...],
 ) -> Node:
-    low = min(mins)
-    return (low, sum(compress(counts, map(low.__eq__, mins))), max(maxes),
-            children, mins, counts, maxes)
+    low, high = mins[0], maxes[0]
+    at_low = 0
+    for i in range(len(mins)):  # one typed pass, as in _leaf
+        child_min = mins[i]
+        if child_min < low:
+            low, at_low = child_min, counts[i]
+        elif child_min == low:
+            at_low += counts[i]
+        if maxes[i] > high:
+            high = maxes[i]
+    return (low, at_low, high, children, mins, counts, maxes)
+
+
+# One-item replacements in a tuple, through a list: cheaper than slicing and unpacking,
+# and typed, so the compiled build copies without generic object calls.
+def _with_item(items: tuple[Node, ...], i: int, value: Node) -> tuple[Node, ...]:
+    copy = list(items)
+    copy[i] = value
+    return tuple(copy)
+
+
+def _with_int(items: tuple[int, ...], i: int, value: int) -> tuple[int, ...]:
+    copy = list(items)
+    copy[i] = value
+    return tuple(copy)
 
 
 def _build(loads: list[int]) -> tuple[Node, int]:
@@ -87,15 +145,25 @@ def _build(loads: list[int]) -> tuple[Node, int]:
 _NO_POSITIONS: Map[str, int] = Map()
 
 
-@attrs.frozen
-class LoadTable:
-    """Active servers in pool order with their in-flight counts."""
+@final
+class LoadTable(Value):
+    """Active servers in pool order with their in-flight counts (a native value)."""
 
-    servers: tuple[str, ...] = ()
-    position: Map[str, int] = _NO_POSITIONS
-    tree: Node | None = None
-    depth: int = 0
-    total: int = 0
+    __slots__ = ("depth", "position", "servers", "total", "tree")
+    __match_args__ = ("servers", "position", "tree", "depth", "total")
+    servers: tuple[str, ...]
+    position: Map[str, int]
+    tree: Node | None
+    depth: int
+    total: int
+
+    def __init__(self, servers: tuple[str, ...] = (), position: Map[str, int] = _NO_POSITIONS,
+                 tree: Node | None = None, depth: int = 0, total: int = 0) -> None:
+        object.__setattr__(self, "servers", servers)
+        object.__setattr__(self, "position", position)
+        object.__setattr__(self, "tree", tree)
+        object.__setattr__(self, "depth", depth)
+        object.__setattr__(self, "total", total)
 
     # ----------------------------------------------------------------- building
     @classmethod
@@ -129,10 +197,12 @@ class LoadTable:
         if p is None or node is None:
             return 0
         if not self.depth:  # up to 32 servers: the root is the one leaf
-            return int(node[3][p])
+            flat: tuple[int, ...] = node[3]
+            return flat[p]
         for level in range(self.depth, 0, -1):
             node = node[3][(p >> (_BITS * level)) & _MASK]
-        return int(node[3][p & _MASK])
+        loads: tuple[int, ...] = node[3]
+        return loads[p & _MASK]
 
     @property
     def min_load(self) -> int:
@@ -185,38 +255,35 @@ class LoadTable:
         node = self.tree
         assert node is not None
         if not self.depth:  # up to 32 servers: one leaf, no path to copy
-            loads = node[3]
-            return LoadTable(self.servers, self.position,
-                             _leaf((*loads[:p], loads[p] + delta, *loads[p + 1 :])),
+            return LoadTable(self.servers, self.position, _bumped(node, p, delta),
                              0, self.total + delta)
         path: list[tuple[Node, int]] = []
         for level in range(self.depth, 0, -1):
             i = (p >> (_BITS * level)) & _MASK
             path.append((node, i))
             node = node[3][i]
-        j = p & _MASK
-        loads = node[3]
-        new = _leaf((*loads[:j], loads[j] + delta, *loads[j + 1 :]))
+        new = _bumped(node, p & _MASK, delta)
         child = node  # the node that ``new`` replaces
         for parent, i in reversed(path):
+            children = _with_item(parent[3], i, new)
             if new[0] == child[0] and new[1] == child[1] and new[2] == child[2]:
                 # The child's summary did not change (the usual case away from the
                 # minimum and the maximum): only its pointer moves, and the parent keeps
                 # its summary and summary tuples -- the value _summarise would give.
-                new = (*parent[:3], (*parent[3][:i], new, *parent[3][i + 1 :]), *parent[4:])
+                new = (parent[0], parent[1], parent[2], children, parent[4], parent[5],
+                       parent[6])
                 child = parent
                 continue
             child = parent
-            new = _summarise(
-                (*parent[3][:i], new, *parent[3][i + 1 :]),
-                (*parent[4][:i], new[0], *parent[4][i + 1 :]),
-                (*parent[5][:i], new[1], *parent[5][i + 1 :]),
-                (*parent[6][:i], new[2], *parent[6][i + 1 :]),
-            )
+            new = _summarise(children, _with_int(parent[4], i, new[0]),
+                             _with_int(parent[5], i, new[1]), _with_int(parent[6], i, new[2]))
         return LoadTable(self.servers, self.position, new, self.depth, self.total + delta)
 
     def set_load(self, server_id: str, value: int) -> LoadTable:
         return self.add_load(server_id, value - self.load(server_id))
+
+
+register(LoadTable)
 
 
 def _collect(node: Node, depth: int, out: list[int]) -> None:

@@ -24,9 +24,11 @@ are equal and hash alike, which lets model checkers keep states in ``seen`` sets
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import final
 
-import attrs
 from immutables import Map
+
+from .values import Value, register
 
 __all__ = ["StickyLru"]
 
@@ -35,14 +37,23 @@ _Entry = tuple[str, "str | None", "str | None"]
 _EMPTY: Map[str, _Entry] = Map()
 
 
-@attrs.frozen
-class StickyLru:
+@final
+class StickyLru(Value):
     """An immutable LRU map ``request_id -> server_id`` with a fixed capacity (>= 1)."""
 
+    __slots__ = ("capacity", "entries", "newest", "oldest")
+    __match_args__ = ("capacity", "entries", "oldest", "newest")
     capacity: int
-    entries: Map[str, _Entry] = _EMPTY
-    oldest: str | None = None
-    newest: str | None = None
+    entries: Map[str, _Entry]
+    oldest: str | None
+    newest: str | None
+
+    def __init__(self, capacity: int, entries: Map[str, _Entry] = _EMPTY,
+                 oldest: str | None = None, newest: str | None = None) -> None:
+        object.__setattr__(self, "capacity", capacity)
+        object.__setattr__(self, "entries", entries)
+        object.__setattr__(self, "oldest", oldest)
+        object.__setattr__(self, "newest", newest)
 
     def __len__(self) -> int:
         return len(self.entries)
@@ -130,6 +141,9 @@ class StickyLru:
         for request_id, server_id in items:
             lru = lru.put(request_id, server_id)
         return lru
+
+
+register(StickyLru)
 
 
 def _unlink(

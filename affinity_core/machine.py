@@ -26,9 +26,8 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Final, final
 
-import attrs
 from immutables import Map
 
 from .config import Config, HashMode
@@ -43,6 +42,7 @@ from .events import (
 )
 from .leases import LeaseBook
 from .loads import LoadTable
+from .lru import StickyLru
 from .outcomes import (
     NO_SERVERS_MESSAGE,
     Acquired,
@@ -58,14 +58,21 @@ from .outcomes import (
 )
 from .policy import deterministic_server, keep_pin, least_loaded
 from .state import State
+from .values import Value, register
 
 __all__ = ["ACQUIRE_RULES", "TRANSITIONS", "Lookup", "Transition", "classify", "step"]
 
 
-@attrs.frozen
-class Transition:
+@final
+class Transition(Value):
+    __slots__ = ("outcome", "state")
+    __match_args__ = ("state", "outcome")
     state: State
     outcome: Outcome
+
+    def __init__(self, state: State, outcome: Outcome) -> None:
+        object.__setattr__(self, "state", state)
+        object.__setattr__(self, "outcome", outcome)
 
 
 class Lookup(enum.Enum):
@@ -77,6 +84,10 @@ class Lookup(enum.Enum):
     HIT_BREAK = "hit_break"
     HIT_REMOVED = "hit_removed"
 
+    # Members are singletons, so identity is their equality: hashing by identity keys
+    # ACQUIRE_RULES without Enum's Python-level __hash__ on every acquire.
+    __hash__ = object.__hash__
+
 
 class Choice(enum.Enum):
     STAY = "stay"  # the pinned server
@@ -84,12 +95,37 @@ class Choice(enum.Enum):
     LEAST_LOADED = "least_loaded"  # a re-pin: always least-loaded
 
 
-@attrs.frozen
-class AcquireRule:
+# The members the hot path compares against, read once: an Enum member lookup on the
+# class costs about as much as a dict lookup in CPython 3.11.
+_UNKEYED: Final = Lookup.UNKEYED
+_MISS: Final = Lookup.MISS
+_HIT_KEEP: Final = Lookup.HIT_KEEP
+_HIT_BREAK: Final = Lookup.HIT_BREAK
+_HIT_REMOVED: Final = Lookup.HIT_REMOVED
+_STAY: Final = Choice.STAY
+_PLACE: Final = Choice.PLACE
+_KEPT: Final = Path.KEPT
+_NEW: Final = Path.NEW
+_APPLIED: Final = ReleaseResult.APPLIED
+
+
+@final
+class AcquireRule(Value):
+    __slots__ = ("choice", "counter", "path", "write_pin")
+    __match_args__ = ("path", "choice", "write_pin", "counter")
     path: Path
     choice: Choice
     write_pin: bool  # write request_id -> choice into the sticky map
     counter: str | None  # the State counter this branch increments
+
+    def __init__(self, path: Path, choice: Choice, write_pin: bool, counter: str | None) -> None:
+        object.__setattr__(self, "path", path)
+        object.__setattr__(self, "choice", choice)
+        object.__setattr__(self, "write_pin", write_pin)
+        object.__setattr__(self, "counter", counter)
+
+
+register(Transition, AcquireRule)
 
 
 ACQUIRE_RULES: dict[Lookup, AcquireRule] = {
@@ -109,15 +145,16 @@ def classify(
     ``context_tokens`` is the acquire's field, read only by the context band.
     """
     if request_id is None:
-        return Lookup.UNKEYED, None
+        return _UNKEYED, None
     pinned = state.lru.peek(request_id)
     if pinned is None:
-        return Lookup.MISS, None
-    if pinned not in state.pool:
-        return Lookup.HIT_REMOVED, pinned
-    if keep_pin(config, state.pool, pinned, context_tokens):
-        return Lookup.HIT_KEEP, pinned
-    return Lookup.HIT_BREAK, pinned
+        return _MISS, None
+    pool = state.pool
+    if pinned not in pool.position:
+        return _HIT_REMOVED, pinned
+    if keep_pin(config, pool, pinned, context_tokens):
+        return _HIT_KEEP, pinned
+    return _HIT_BREAK, pinned
 
 
 def _config_rejection(config: Config, event: Acquire) -> Rejected | None:
@@ -143,20 +180,21 @@ def _acquire(config: Config, state: State, event: Acquire) -> Transition:
     lookup, pinned = classify(config, state, rid, event.context_tokens)
     rule = ACQUIRE_RULES[lookup]
     lru = state.lru
-    if lookup is Lookup.HIT_REMOVED:
+    if lookup is _HIT_REMOVED:
         assert rid is not None
         lru = lru.delete(rid)  # lazy invalidation, before the empty-pool check
     elif pinned is not None:
         assert rid is not None
         lru = lru.touch(rid)  # a lookup refreshes recency
     pool = state.pool
-    if rule.choice is Choice.STAY:
+    choice = rule.choice
+    if choice is _STAY:
         assert pinned is not None
         chosen = pinned
-    elif len(pool) == 0:
+    elif len(pool.servers) == 0:
         reject = Rejected(RejectReason.NO_SERVERS, NO_SERVERS_MESSAGE)
-        return Transition(attrs.evolve(state, lru=lru) if lru is not state.lru else state, reject)
-    elif rule.choice is Choice.PLACE and config.full_determinism:
+        return Transition(_with_lru(state, lru) if lru is not state.lru else state, reject)
+    elif choice is _PLACE and config.full_determinism:
         chosen = deterministic_server(config, pool, state.sorted_servers, event)
     else:
         chosen = least_loaded(config, pool, event)
@@ -166,10 +204,12 @@ def _acquire(config: Config, state: State, event: Acquire) -> Transition:
         evicted = lru.evicts_on_put(rid)
         lru = lru.put(rid, chosen)
     kept, broken = state.affinity_kept, state.affinity_broken
-    if rule.counter == "affinity_kept":
-        kept += 1
-    elif rule.counter == "affinity_broken":
-        broken += 1
+    counter = rule.counter
+    if counter is not None:
+        if counter == "affinity_kept":
+            kept += 1
+        elif counter == "affinity_broken":
+            broken += 1
     leases = state.leases
     if config.lease_accounting:
         leases = leases.grant(rid, chosen)
@@ -177,9 +217,9 @@ def _acquire(config: Config, state: State, event: Acquire) -> Transition:
         pool.add_load(chosen, 1), lru, kept, broken, state.sorted_servers, leases,
         state.external,
     )
-    if evicted is None and (lookup is Lookup.HIT_KEEP or lookup is Lookup.MISS):
+    if evicted is None and (lookup is _HIT_KEEP or lookup is _MISS):
         return Transition(new_state, _plain_acquired(chosen, rule.path))
-    previous = pinned if lookup in (Lookup.HIT_BREAK, Lookup.HIT_REMOVED) else None
+    previous = pinned if lookup is _HIT_BREAK or lookup is _HIT_REMOVED else None
     return Transition(new_state, Acquired(chosen, rule.path, previous, evicted))
 
 
@@ -195,7 +235,7 @@ _SHARED_RELEASED: dict[str, Released] = {}
 
 
 def _plain_acquired(server: str, path: Path) -> Acquired:
-    table = _SHARED_KEPT if path is Path.KEPT else _SHARED_NEW if path is Path.NEW else None
+    table = _SHARED_KEPT if path is _KEPT else _SHARED_NEW if path is _NEW else None
     if table is None:
         return Acquired(server, path)
     outcome = table.get(server)
@@ -211,7 +251,7 @@ def _applied_release(server: str) -> Released:
     if outcome is None:
         if len(_SHARED_RELEASED) >= _SHARED_LIMIT:
             _SHARED_RELEASED.clear()
-        outcome = _SHARED_RELEASED[server] = Released(server, ReleaseResult.APPLIED)
+        outcome = _SHARED_RELEASED[server] = Released(server, _APPLIED)
     return outcome
 
 
@@ -225,9 +265,9 @@ def _release(config: Config, state: State, event: Release) -> Transition:
                 _applied_release(sid),
             )
         result = ReleaseResult.STALE_LEASE if verdict == "stale" else ReleaseResult.UNKNOWN_LEASE
-        return Transition(attrs.evolve(state, leases=leases), Released(sid, result))
+        return Transition(_with(state, pool=state.pool, leases=leases), Released(sid, result))
     pool = state.pool
-    if sid not in pool:
+    if sid not in pool.position:
         return Transition(state, Released(sid, ReleaseResult.UNKNOWN_SERVER))
     if state.inflight(sid) == 0:  # external load is never released
         return Transition(state, Released(sid, ReleaseResult.AT_ZERO))
@@ -241,11 +281,16 @@ def _with(state: State, *, pool: LoadTable, leases: LeaseBook) -> State:
                  state.sorted_servers, leases, state.external)
 
 
-def _with_pool(state: State, items: list[tuple[str, int]], external: Map[str, int]) -> State:
+def _with_lru(state: State, lru: StickyLru) -> State:
+    return State(state.pool, lru, state.affinity_kept, state.affinity_broken,
+                 state.sorted_servers, state.leases, state.external)
+
+
+def _with_pool(state: State, items: list[tuple[str, int]], external: Map[str, int],
+               leases: LeaseBook) -> State:
     pool = LoadTable.build(items)
-    return attrs.evolve(
-        state, pool=pool, sorted_servers=tuple(sorted(pool.servers)), external=external
-    )
+    return State(pool, state.lru, state.affinity_kept, state.affinity_broken,
+                 tuple(sorted(pool.servers)), leases, external)
 
 
 def _add(config: Config, state: State, event: AddServers) -> Transition:
@@ -258,9 +303,10 @@ def _add(config: Config, state: State, event: AddServers) -> Transition:
             loads[sid] = 0
             if sid in external:
                 external = external.delete(sid)
-    new_state = _with_pool(state, list(loads.items()), external)
+    leases = state.leases
     if config.lease_accounting:
-        new_state = attrs.evolve(new_state, leases=state.leases.opened(event.server_ids))
+        leases = state.leases.opened(event.server_ids)
+    new_state = _with_pool(state, list(loads.items()), external, leases)
     return Transition(new_state, PoolChanged(new_state.pool.servers))
 
 
@@ -270,15 +316,16 @@ def _remove(config: Config, state: State, event: RemoveServers) -> Transition:
     external = state.external
     for sid in gone & set(external.keys()):
         external = external.delete(sid)
-    new_state = _with_pool(state, items, external)
+    leases = state.leases
     if config.lease_accounting:
-        new_state = attrs.evolve(new_state, leases=state.leases.closed(event.server_ids))
+        leases = state.leases.closed(event.server_ids)
+    new_state = _with_pool(state, items, external, leases)
     return Transition(new_state, PoolChanged(new_state.pool.servers))
 
 
 def _clear(config: Config, state: State, event: ClearStickyCache) -> Transition:
     outcome = StickyCacheCleared(len(state.lru), state.inflight_items())
-    return Transition(attrs.evolve(state, lru=state.lru.cleared()), outcome)
+    return Transition(_with_lru(state, state.lru.cleared()), outcome)
 
 
 def _observe(config: Config, state: State, event: ObserveLoads) -> Transition:
@@ -296,7 +343,8 @@ def _observe(config: Config, state: State, event: ObserveLoads) -> Transition:
         external = external.set(sid, extra) if extra else (
             external.delete(sid) if sid in external else external)
         updated.append(sid)
-    new_state = attrs.evolve(state, pool=pool, external=external)
+    new_state = State(pool, state.lru, state.affinity_kept, state.affinity_broken,
+                      state.sorted_servers, state.leases, external)
     return Transition(new_state, LoadsObserved(tuple(updated), tuple(ignored)))
 
 

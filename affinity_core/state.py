@@ -25,8 +25,8 @@ States are values: hashable, comparable, and never mutated.
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import final
 
-import attrs
 from immutables import Map
 
 from .config import Config, ConfigError
@@ -34,6 +34,7 @@ from .events import is_valid_id
 from .leases import LeaseBook
 from .loads import LoadTable
 from .lru import StickyLru
+from .values import Value, register
 
 __all__ = ["State", "initial_state"]
 
@@ -42,15 +43,45 @@ _NO_LEASES = LeaseBook()
 _NO_EXTERNAL: Map[str, int] = Map()
 
 
-@attrs.frozen
-class State:
+@final
+class State(Value):
+    # A native value (values.py): the machine builds one per applied event.
+    __slots__ = (
+        "affinity_broken",
+        "affinity_kept",
+        "external",
+        "leases",
+        "lru",
+        "pool",
+        "sorted_servers",
+    )
+    __match_args__ = ("pool", "lru", "affinity_kept", "affinity_broken", "sorted_servers",
+                      "leases", "external")
     pool: LoadTable
     lru: StickyLru
-    affinity_kept: int = 0
-    affinity_broken: int = 0
-    sorted_servers: tuple[str, ...] = ()
-    leases: LeaseBook = _NO_LEASES
-    external: Map[str, int] = _NO_EXTERNAL
+    affinity_kept: int
+    affinity_broken: int
+    sorted_servers: tuple[str, ...]
+    leases: LeaseBook
+    external: Map[str, int]
+
+    def __init__(
+        self,
+        pool: LoadTable,
+        lru: StickyLru,
+        affinity_kept: int = 0,
+        affinity_broken: int = 0,
+        sorted_servers: tuple[str, ...] = (),
+        leases: LeaseBook = _NO_LEASES,
+        external: Map[str, int] = _NO_EXTERNAL,
+    ) -> None:
+        object.__setattr__(self, "pool", pool)
+        object.__setattr__(self, "lru", lru)
+        object.__setattr__(self, "affinity_kept", affinity_kept)
+        object.__setattr__(self, "affinity_broken", affinity_broken)
+        object.__setattr__(self, "sorted_servers", sorted_servers)
+        object.__setattr__(self, "leases", leases)
+        object.__setattr__(self, "external", external)
 
     def inflight(self, server_id: str) -> int:
         """The router's own in-flight count (0 for an inactive server)."""
@@ -72,6 +103,9 @@ class State:
     def loads(self) -> dict[str, int]:
         """In-flight counts in pool order (a fresh dict)."""
         return dict(self.inflight_items())
+
+
+register(State)
 
 
 def initial_state(config: Config, servers: Iterable[str] = ()) -> State:

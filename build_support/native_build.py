@@ -42,10 +42,12 @@ __all__ = ["MODULES", "PLACEHOLDER", "NativeBuildExt", "build_into", "requested_
 
 PACKAGE = "affinity_core"
 NATIVE = f"{PACKAGE}._native"
-# The modules on the decision path. config, events and codec keep attrs.field()
-# validators and converters, which mypyc cannot compile in native classes; they stay
-# source in both builds.
-MODULES = ("hashing", "leases", "loads", "lru", "machine", "outcomes", "policy", "state")
+# The modules on the decision path, with the events (built once per request) and the
+# native value base they all derive from. config and codec keep attrs.field() validators
+# and converters, which mypyc cannot compile in native classes, and are not on the hot
+# path; they stay source in both builds.
+MODULES = ("events", "hashing", "leases", "loads", "lru", "machine", "outcomes", "policy",
+           "state", "values")
 PLACEHOLDER = Extension(f"{NATIVE}.placeholder", sources=[])
 HERE = Path(__file__).resolve().parent
 

@@ -111,7 +111,7 @@ def test_integral_floats_are_accepted_and_encoding_is_unchanged_without_the_band
 def test_context_tokens_field_is_validated(bad: object) -> None:
     """R-EV-2: context_tokens is null or an integer >= 0; the message names the value."""
     with pytest.raises(EventError, match="context_tokens must be null or an integer >= 0"):
-        Acquire(request_id="r", context_tokens=bad)  # type: ignore[arg-type]
+        Acquire(request_id="r", context_tokens=bad)
 
 
 def test_context_tokens_round_trips_and_a_rejection_leaves_no_trace() -> None:

@@ -11,18 +11,26 @@ Each shortcut added for speed is checked against what it replaces:
 * ``LoadTable.least_loaded`` (C-level scans for the child at the minimum): every k
   against the k-th minimum position of the plain list;
 * shared outcomes: equal to freshly built ones, and the sharing table stays bounded;
-* ``Acquire`` / ``Release`` field checks (one post-init instead of per-field
-  validators): accept and reject exactly what the per-field rules accept and reject,
-  with the same messages.
+* ``Acquire`` / ``Release`` field checks (common case first): accept and reject exactly
+  what the per-field rules accept and reject, with the same messages;
+* the native value classes (``affinity_core.values``): for every one, an attrs frozen
+  class with the same fields is built here, and equality, hash consistency, repr,
+  immutability, ``attrs.evolve`` / ``evolve`` and pickling are compared with it;
+* the leaf summary updated from the old one (``_bumped``) equals the full scan
+  (``_leaf``) for every slot and both directions, and ``set_load`` (any delta) keeps
+  tables canonical.
 """
 
 from __future__ import annotations
 
+import pickle
 import random
 from typing import Any
 
+import attrs
 import pytest
 
+import affinity_core.loads as loads_mod
 import affinity_core.machine as machine
 from affinity_core import (
     Acquire,
@@ -37,6 +45,7 @@ from affinity_core import (
     initial_state,
     step,
 )
+from affinity_core.values import Value, evolve
 
 
 @pytest.mark.parametrize("n", [1, 2, 31, 32, 33, 64, 65, 1024, 1025])
@@ -117,3 +126,70 @@ def test_acquire_rejects_bad_numbers(field: str, value: Any, message: str) -> No
 def test_acquire_accepts_int_subclasses_as_before() -> None:
     event = Acquire(request_id="a", tie_draw=_Int(3), request_hash=_Int(-5))
     assert (event.tie_draw, event.request_hash) == (3, -5)
+
+
+def _samples() -> list[Value]:
+    config = Config(affinity_break_margin=2, lease_accounting=True)
+    state = initial_state(config, ["s0", "s1", "s2"])
+    t = step(config, state, Acquire(request_id="a", tie_draw=1, context_tokens=7))
+    return [state, t.state, t, t.outcome, t.state.pool, t.state.lru, t.state.leases,
+            Released("s0", ReleaseResult.APPLIED), machine.ACQUIRE_RULES[machine.Lookup.MISS],
+            Acquire(request_id=None, request_hash=-3), Release(server_id="s0", request_id="a")]
+
+
+@pytest.mark.parametrize("value", _samples(), ids=lambda v: type(v).__name__)
+def test_native_values_behave_as_the_attrs_classes_they_replace(value: Value) -> None:
+    cls = type(value)
+    names = cls.__match_args__
+    assert sorted(cls.__slots__) == sorted(names)  # the two literals name the same fields
+    fields = {n: getattr(value, n) for n in names}
+    twin_cls = attrs.make_class(cls.__name__, list(names), frozen=True)
+    twin = twin_cls(**fields)
+    assert repr(value) == repr(twin)
+    copy = cls(**fields)
+    assert copy == value and (copy != value) is False and hash(copy) == hash(value)
+    assert value != twin and value != tuple(fields.values())
+    name = names[0]
+    with pytest.raises(attrs.exceptions.FrozenInstanceError):
+        setattr(value, name, fields[name])
+    with pytest.raises(attrs.exceptions.FrozenInstanceError):
+        delattr(value, name)
+    assert [f.name for f in attrs.fields(cls)] == list(names)
+    # attrs' mypy plugin knows decorated classes only; the runtime support is checked.
+    assert attrs.evolve(value) == evolve(value) == value  # type: ignore[misc]
+    assert pickle.loads(pickle.dumps(value)) == value
+    with pytest.raises(TypeError, match="has no field 'nope'"):
+        evolve(value, nope=1)
+
+
+def test_evolve_changes_only_the_named_fields() -> None:
+    state = initial_state(Config(), ["s0"])
+    changed = evolve(state, affinity_kept=3)
+    assert changed.affinity_kept == 3 and changed.pool is state.pool and changed != state
+    assert evolve(Config(), max_cache_size=5) == Config(max_cache_size=5)  # attrs classes too
+
+
+def test_bumped_leaf_summary_equals_the_full_scan() -> None:
+    rng = random.Random(7)
+    for _ in range(300):
+        loads = tuple(rng.choice((0, 1, 1, 2, 3)) for _ in range(rng.randint(1, 32)))
+        leaf = loads_mod._leaf(loads)
+        for j in range(len(loads)):
+            for delta in (1, -1, 2, -2):
+                if loads[j] + delta < 0:
+                    continue
+                changed = (*loads[:j], loads[j] + delta, *loads[j + 1 :])
+                assert loads_mod._bumped(leaf, j, delta) == loads_mod._leaf(changed)
+
+
+@pytest.mark.parametrize("n", [3, 32, 33, 1025])
+def test_set_load_keeps_the_table_canonical(n: int) -> None:
+    rng = random.Random(n)
+    servers = [f"s{i}" for i in range(n)]
+    plain = [0] * n
+    table = LoadTable.build(zip(servers, plain, strict=True))
+    for _ in range(60):
+        p = rng.randrange(n)
+        plain[p] = rng.randrange(6)
+        table = table.set_load(servers[p], plain[p])
+        assert table == LoadTable.build(zip(servers, plain, strict=True))

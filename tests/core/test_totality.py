@@ -31,7 +31,6 @@ import itertools
 from collections.abc import Callable
 from typing import Any
 
-import attrs
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -57,6 +56,7 @@ from affinity_core import (
     step,
 )
 from affinity_core.invariants import Ledger, conserved, counters_consistent, step_invariants
+from affinity_core.values import evolve
 
 from .driver import outcome_fits_event
 
@@ -100,7 +100,7 @@ def checked_step(config: Config, pre: State, event: Event, ledger: Ledger) -> tu
         stale = pre.lru.peek(rid)
         assert stale is not None and stale not in pre.pool, "only a stale entry may go"
         assert t.state.lru.items() == tuple(e for e in pre.lru.items() if e[0] != rid)
-        assert attrs.evolve(t.state, lru=pre.lru) == pre
+        assert evolve(t.state, lru=pre.lru) == pre
     failed = [k for k, ok in step_invariants(config, pre, event, t).items() if not ok]
     assert not failed, f"{event!r} -> {outcome!r} broke {failed}"
     ledger = ledger.record(pre, event, t)

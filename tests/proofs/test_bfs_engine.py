@@ -11,6 +11,7 @@ from affinity_proofs.bfs_tasks import run_spec, symmetry_sound
 from affinity_proofs.scopes import BfsRun, scope_named
 
 from affinity_core import Acquire, AddServers, Config, initial_state, step
+from affinity_core.values import evolve
 
 U2 = Universe(("s0", "s1"), ("s0", "s1"), ("a", "b"), unkeyed=False)
 
@@ -46,7 +47,7 @@ def test_counters_are_clamped_and_leases_renumbered() -> None:
         state = step(config, state, Acquire(request_id="a")).state
     assert state.affinity_kept == 3
     assert normalize(state).affinity_kept == 1  # enough to see a reset (R-CNT-2)
-    assert state_key(normalize(state)) == state_key(normalize(attrs.evolve(state,
+    assert state_key(normalize(state)) == state_key(normalize(evolve(state,
                                                                            affinity_kept=9)))
 
 

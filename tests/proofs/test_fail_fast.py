@@ -28,6 +28,7 @@ from affinity_proofs.scopes import scope_named
 
 from affinity_core import Config, Release, initial_state
 from affinity_core.machine import TRANSITIONS
+from affinity_core.values import evolve
 
 U2 = Universe(("s0", "s1"), ("s0", "s1"), ("a", "b"), unkeyed=True)
 CONFIG = Config(affinity_break_margin=1, max_cache_size=2)
@@ -64,13 +65,13 @@ def test_a_negative_count_is_a_violation_not_a_state() -> None:
 def test_domain_bounds() -> None:
     state = initial_state(CONFIG, ["s0"])
     assert out_of_domain(CONFIG, state, 4) is None
-    negative = attrs.evolve(state, pool=state.pool.add_load("s0", -1))
+    negative = evolve(state, pool=state.pool.add_load("s0", -1))
     assert out_of_domain(CONFIG, negative, 4)[0] == "count"  # type: ignore[index]
-    wrong_total = attrs.evolve(state, pool=attrs.evolve(state.pool, total=3))
+    wrong_total = evolve(state, pool=evolve(state.pool, total=3))
     assert "total" in out_of_domain(CONFIG, wrong_total, 4)[1]  # type: ignore[index]
     full = state.lru
     for rid in "abc":
-        full = attrs.evolve(full.put(rid, "s0"), capacity=5)
+        full = evolve(full.put(rid, "s0"), capacity=5)
     assert out_of_domain(CONFIG, attrs.evolve(state, lru=full), 4)[0] == "cache"  # type: ignore
 
 
