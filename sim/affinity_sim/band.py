@@ -28,8 +28,10 @@ t_legacy`` in points, its median with the order-statistic 95% interval, and the
 Wilcoxon p of the two step-time samples. "Best fixed margin" is the margin policy with
 the lowest median change on that workload, named in the table.
 
-``python -m affinity_sim.band RECORD.json --band NAME [--png PATH]`` prints both tables
-as Markdown (for sim/README.md) and draws one panel per workload.
+``python -m affinity_sim.band RECORD.json --band NAME [--png PATH]`` prints the
+per-policy table, the head-to-head table and every policy's gap to the best fixed
+margin (:func:`regret_table`) as Markdown (for sim/README.md) and draws one
+panel per workload.
 """
 
 from __future__ import annotations
@@ -59,6 +61,8 @@ __all__ = [
     "markdown",
     "operating_points",
     "plot",
+    "policy_table",
+    "regret_table",
     "reprefill_s",
     "slot_wait_s",
 ]
@@ -232,6 +236,51 @@ def markdown(record: Mapping[str, Any], band: str) -> str:
     return "\n".join(lines)
 
 
+def policy_table(record: Mapping[str, Any]) -> str:
+    """Every policy x workload: median change vs legacy [95% CI] · hit rate · breaks/step."""
+    summary = record["summary"]
+    workloads = list(dict.fromkeys(s["workload"] for s in summary))
+    policies = list(dict.fromkeys(s["policy"] for s in summary))
+    by_key = {(s["workload"], s["policy"]): s for s in summary}
+    lines = ["| policy | " + " | ".join(workloads) + " |",
+             "|---|" + "---|" * len(workloads)]
+    for policy in policies:
+        cells = []
+        for w in workloads:
+            s = by_key.get((w, policy))
+            if s is None:
+                cells.append("")
+            elif s["p_value"] is None:
+                cells.append(f"{s['median_step_time_s']:.0f} s · hit "
+                             f"{s['prefix_hit_rate'] * 100:.1f}%")
+            else:
+                cells.append(f"{_pt(s['median_change'])}% [{_pt(s['ci_low'])}, "
+                             f"{_pt(s['ci_high'])}] · hit {s['prefix_hit_rate'] * 100:.1f}% · "
+                             f"{s['breaks_per_step']:.0f} breaks")
+        lines.append(f"| {policy} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def regret_table(record: Mapping[str, Any]) -> str:
+    """Per policy: its median change minus the best fixed margin's, per workload, and the max.
+
+    The worst gap over the workloads is what a user who cannot know the regime in advance
+    pays for fixing that policy (the smaller, the better; <= 1 point is the acceptance).
+    """
+    summary = record["summary"]
+    workloads = list(dict.fromkeys(s["workload"] for s in summary))
+    policies = [p for p in dict.fromkeys(s["policy"] for s in summary) if p != "legacy"]
+    by_key = {(s["workload"], s["policy"]): s["median_change"] for s in summary}
+    best = {w: by_key[(w, best_margin(record, w))] for w in workloads}
+    lines = ["| policy | " + " | ".join(workloads) + " | worst gap |",
+             "|---|" + "---|" * (len(workloads) + 1)]
+    for policy in policies:
+        gaps = [by_key[(w, policy)] - best[w] for w in workloads if (w, policy) in by_key]
+        lines.append(f"| {policy} | " + " | ".join(f"{_pt(g)}" for g in gaps)
+                     + f" | **{_pt(max(gaps))}** |")
+    return "\n".join(lines)
+
+
 def plot(record: Mapping[str, Any], path: str | Path, band: str) -> None:
     """One panel per workload: every policy's median change with its 95% interval."""
     import matplotlib
@@ -287,7 +336,11 @@ def main(argv: list[str] | None = None) -> int:
         names = sorted({row["policy"] for row in record["results"]})
         print(f"--band {args.band!r} is not in the record; accepted: {names}", file=sys.stderr)
         return 2
+    print(policy_table(record))
+    print()
     print(markdown(record, args.band))
+    print()
+    print(regret_table(record))
     if args.png:
         plot(record, args.png, args.band)
         print(f"\nsaved {args.png}")

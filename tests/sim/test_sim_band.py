@@ -17,6 +17,8 @@ from affinity_sim.band import (
     head_to_head,
     markdown,
     operating_points,
+    policy_table,
+    regret_table,
     reprefill_s,
     slot_wait_s,
 )
@@ -159,7 +161,10 @@ def _record() -> dict[str, Any]:
              "margin-2": [95.0, 96.0, 97.0], "band": [91.0, 93.0, 90.0]}
     results = [{"workload": "w", "policy": p, "seed": s, "step_time_s": t}
                for p, ts in times.items() for s, t in enumerate(ts)]
-    summary = [{"workload": "w", "policy": p, "median_change": sorted(ts)[1] / 100 - 1}
+    summary = [{"workload": "w", "policy": p, "median_change": sorted(ts)[1] / 100 - 1,
+                "ci_low": min(ts) / 100 - 1, "ci_high": max(ts) / 100 - 1,
+                "p_value": None if p == "legacy" else 0.25, "median_step_time_s": sorted(ts)[1],
+                "prefix_hit_rate": 0.5, "breaks_per_step": 2.0}
                for p, ts in times.items()]
     return {"seeds": [0, 1, 2], "results": results, "summary": summary}
 
@@ -177,6 +182,14 @@ def test_head_to_head_pairs_by_seed() -> None:
     assert vs1.median_diff == pytest.approx(0.01)  # diffs +1, +1, -4 points
     table = markdown(record, "band")
     assert "| w | -9.0% | -4.0% | margin-1 -8.0% |" in table and "yes (-1.0 pt)" in table
+    rows = policy_table(record).splitlines()
+    assert rows[0] == "| policy | w |"
+    assert rows[2] == "| legacy | 100 s · hit 50.0% |"
+    assert rows[-1] == "| band | -9.0% [-10.0, -7.0] · hit 50.0% · 2 breaks |"
+    gaps = regret_table(record).splitlines()
+    assert gaps[0] == "| policy | w | worst gap |"
+    assert gaps[3] == "| margin-2 | +4.0 | **+4.0** |"  # -4% against margin 1's -8%
+    assert gaps[4] == "| band | -1.0 | **-1.0** |"
     with pytest.raises(ValueError, match="no 'margin-9' results for workload 'w'"):
         head_to_head(record, "w", "band", "margin-9")
 
