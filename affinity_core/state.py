@@ -110,11 +110,12 @@ register(State)
 
 def initial_state(config: Config, servers: Iterable[str] = ()) -> State:
     """The configuration event (R-CFG-2): a fresh balancer over ``servers``, all idle."""
-    if isinstance(servers, str) or not isinstance(servers, Iterable):
-        raise ConfigError(f"servers must be a list of server ids, got {servers!r}")
-    # Checked as plain objects: a compiled build type-checks ``str`` variables itself and
-    # would raise TypeError before this clear error.
-    given: list[object] = list(servers)
+    # Checked as plain objects: a compiled build type-checks ``str`` variables itself (and
+    # the narrowed ``servers`` below) and would raise TypeError before this clear error.
+    supplied: object = servers
+    if isinstance(supplied, str) or not isinstance(supplied, Iterable):
+        raise ConfigError(f"servers must be a list of server ids, got {supplied!r}")
+    given: list[object] = list(supplied)
     for value in given:
         if not is_valid_id(value):
             raise ConfigError(
