@@ -3,6 +3,7 @@
 Modules: :mod:`.fleet` (recording stub backends), :mod:`.presets` (routers and how to
 start them), :mod:`.target` (fresh state, settling, pool changes), :mod:`.trace` (ops and
 their spec events), :mod:`.harness` (one trace in refinement mode, shrinking, vectors),
+:mod:`.explain` (divergences in words, the band decisions a trace met),
 :mod:`.runner` (many traces, the report), :mod:`.cli` (the command).
 """
 

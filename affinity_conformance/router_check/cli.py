@@ -40,12 +40,19 @@ presets (--preset):
 examples:
   affinity check-router --preset affinity --policy margin=2
   affinity check-router --preset affinity --router-extra='--margin 0' --policy margin=2
+  # the context band (SPEC 7.5): margin 0, T = 16 tokens, cap 3; prompts of c token ids
+  affinity check-router --preset affinity --policy band=0,16,3
   affinity check-router --preset vllm-router:sticky_least_loaded --policy legacy
   affinity check-router --router-cmd 'my-router --port {{port}} --workers {{backends}}' \\
       --session-header x-session-id --policy margin=1
   # a router you run yourself, in front of the fleet's fixed ports 18001-18003:
   affinity check-router --url http://127.0.0.1:8080 --fleet-ports 18001,18002,18003 \\
       --session-header x-session-id --policy legacy
+
+A band claim (band=M,T,CAP) makes every acquire's prompt a list of c token ids, c in
+[0, 6T) around multiples of T (--context-step), so the router can count c exactly; the
+affinity preset then passes --affinity-break-tokens T --affinity-break-band-cap CAP to
+affinity serve. vllm-router and sglang-router have no context band.
 
 The Rust routers are installed into --routers-venv ({' '.join(ROUTER_PACKAGES)}) with
 --install-routers. Findings for them: docs/check-router.md.
@@ -69,7 +76,8 @@ def register(parser: argparse.ArgumentParser) -> None:
     which.add_argument("--router-cmd", metavar="TEMPLATE",
                        help="command with {port} and {backends} (one argument per backend URL) "
                        "or {backend} inside an argument (repeated per backend); also "
-                       "{metrics_port}, {python}, {routers}, {margin}, {cache_size}")
+                       "{metrics_port}, {python}, {routers}, {margin}, {cache_size}, "
+                       "{band_tokens}, {band_cap} (the claimed band's T and CAP, or none)")
     which.add_argument("--url", metavar="URL",
                        help="attach to a running router instead (never restarted); its "
                        "backends must be the fleet's --fleet-ports, in pool order")
@@ -82,7 +90,8 @@ def register(parser: argparse.ArgumentParser) -> None:
                         "--router-extra=--disable-circuit-breaker")
     parser.add_argument("--policy", metavar="CLAIM",
                         help=f"the policy the router claims: {CLAIM_FORMS} (default: the "
-                        "preset's claim)")
+                        "preset's claim); band=M,T,CAP is the context band of SPEC 7.5: keep a "
+                        "pin iff load <= min + min(M + c // T, CAP), c the prompt's tokens")
     parser.add_argument("--session-header", metavar="NAME",
                         help="header carrying the session key (default: the preset's, else "
                         "x-session-id)")
@@ -99,6 +108,11 @@ def register(parser: argparse.ArgumentParser) -> None:
                         help="stub backends in the fleet (default 3)")
     traces.add_argument("--sessions", type=_positive, default=4, metavar="N",
                         help="distinct session keys per trace (default 4)")
+    traces.add_argument("--context-step", type=_non_negative, default=None, metavar="T",
+                        help="send each acquire's prompt as c token ids, c in [0, 6T) around "
+                        "multiples of T, and give c to the core as context_tokens (default: "
+                        "the claimed band's T, else 0 = text prompts without c); with a "
+                        "margin claim this checks that the router applies no unclaimed band")
     traces.add_argument("--no-streams", action="store_true", help="send no streamed requests")
     traces.add_argument("--no-failures", action="store_true",
                         help="complete every request normally (no HTTP 500s, no cut streams)")
@@ -132,6 +146,7 @@ def register(parser: argparse.ArgumentParser) -> None:
 
 
 _positive = int_at_least(1)
+_non_negative = int_at_least(0)
 
 
 def _ports(text: str) -> tuple[int, ...]:
@@ -218,10 +233,12 @@ def run(args: argparse.Namespace) -> int:
         print(f"affinity check-router: {exc}", file=sys.stderr)
         return 2
     backends = len(args.fleet_ports) if args.fleet_ports else args.backends
+    step = claim.config.affinity_break_tokens if args.context_step is None else args.context_step
     shape = TraceShape(backends=backends, sessions=args.sessions, length=args.length,
                        stream_percent=0 if args.no_streams else 25,
                        fail_percent=0 if args.no_failures else 15,
-                       pool_percent=0 if args.no_pool_changes else args.pool_percent)
+                       pool_percent=0 if args.no_pool_changes else args.pool_percent,
+                       band_tokens=step or None)
     options = CheckOptions(preset, claim, args.url, extra, args.routers_venv, shape,
                            args.budget, args.seed, args.settle, args.settle_factor,
                            args.shrink_runs, 180.0, args.max_failures, args.out,
@@ -248,6 +265,12 @@ def render(report: RouterReport) -> str:
     if report.ties:
         lines.append(f"  ties: {report.ties} placements had two or more least-loaded backends; "
                      f"the router took the first in pool order in {report.ties_first}")
+    if report.band:
+        b = report.band
+        lines.append(f"  context band: {b.get('hits', 0)} sticky hits judged by the band; "
+                     f"{b.get('kept_by_band', 0)} kept only because of c (load above min + "
+                     f"margin), {b.get('broken_by_cap', 0)} broken only because of the cap, "
+                     f"{b.get('broken_by_rounding_down', 0)} only because c // T rounds down")
     if report.retries:
         lines.append(f"  the router retried completed requests {report.retries} time(s) "
                      "(extra arrivals of the same request)")

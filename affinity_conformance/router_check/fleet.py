@@ -9,7 +9,9 @@ backend of a :class:`RecordingFleet`:
 * records each generation request as an :class:`Arrival`: the backend's index, the
   global arrival order, the session-key headers it saw, whether it streams, and the
   *correlation id* the harness wrote into the prompt (``affinity-check:<id>``), which
-  routers forward untouched even when they re-serialise the body;
+  routers forward untouched even when they re-serialise the body; a prompt of token ids
+  (the context band's traces) has no text, so there the id travels in the OpenAI
+  ``user`` field, which is read too;
 * holds the request open until the harness calls :meth:`RecordingFleet.release` for that
   id, then answers ``ok`` (200, or the rest of the event stream), or ``fail`` (HTTP 500;
   for a stream, the connection is cut after the first chunk, with no ``[DONE]``);
@@ -281,6 +283,9 @@ def _correlation_id(payload: dict[str, Any]) -> str | None:
             content = m.get("content") if isinstance(m, dict) else None
             if isinstance(content, str):
                 texts.append(content)
+    user = payload.get("user")  # where token-id prompts carry the id (no text to hold it)
+    if isinstance(user, str):
+        texts.append(user)
     for text in texts:
         match = _CORRELATION.search(text)
         if match:

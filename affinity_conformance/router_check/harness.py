@@ -6,22 +6,19 @@ Theory of operation
 recording fleet and keeps the reference core in step, in refinement mode:
 
 * **acquire**: send the request, wait for its arrival at some backend; that backend is
-  the router's choice ``c``. The spec's allowed set ``allowed(S, e)`` (R-REL-1) must
-  contain ``c``; then the core steps with the choice fixed to ``c`` (``draw_for``,
-  R-REL-2). A choice outside the set, or a request that never reaches a backend, is a
-  divergence at this step;
+  the router's choice ``s``. An op with a context (a band trace) sends a prompt of that
+  many token ids and gives the core the same number as ``context_tokens`` (R-BAND-1).
+  The spec's allowed set ``allowed(S, e)`` (R-REL-1) must contain ``s``; then the core
+  steps with the choice fixed to ``s`` (``draw_for``, R-REL-2). A choice outside the
+  set, or a request that never reaches a backend, is a divergence at this step;
 * **release**: complete the held request (ok or fail), wait for the client's response to
   end, *settle* (:class:`~.target.Target`), then step the core with ``Release``;
 * **remove / add**: change the pool through the router's admin API, then step
   ``RemoveServers`` / ``AddServers``.
 
-A divergence is explained from the spec's view of the pre-state
-(:func:`affinity_conformance.diagnosis.explain_acquire`), plus *load views*: the loads
-that the router would have seen under common accounting mistakes (streams finished at
-their first chunk; failed requests never released; load = sessions placed, as
-vllm-router's sticky_least_loaded; requests ever routed). Each view under which the
-router's choice is a least-loaded server is listed, so a maintainer sees which counter to
-look at.
+A divergence is explained by :mod:`.explain`: the spec's view of the pre-state (with the
+context band's numbers under a band claim), plus the *load views* under which the
+router's choice would have been least-loaded.
 
 :func:`shrink_ops` minimises a failing trace by delta debugging (as ``affinity check``),
 re-running each candidate against a fresh router; the minimal trace is re-run once more
@@ -38,7 +35,6 @@ from pathlib import Path
 import aiohttp
 import attrs
 
-from affinity_conformance.diagnosis import explain_acquire
 from affinity_conformance.scenario import Scenario
 from affinity_conformance.vector_format import case_text, seal
 from affinity_core import (
@@ -47,23 +43,22 @@ from affinity_core import (
     AddServers,
     Config,
     Event,
-    Lookup,
     Release,
     RemoveServers,
     State,
     allowed,
-    classify,
     draw_for,
     initial_state,
     step,
 )
 
 from .claims import Claim
+from .explain import Placed, count_band, explain_choice, load_views
 from .fleet import MODEL, RecordingFleet, correlation_prompt
 from .target import SettlePlan, Target
 from .trace import Op, describe, server_ids
 
-__all__ = ["RunResult", "StepDivergence", "load_views", "run_trace", "shrink_ops",
+__all__ = ["RunResult", "StepDivergence", "request_body", "run_trace", "shrink_ops",
            "write_vector"]
 
 ARRIVAL_TIMEOUT = 5.0
@@ -88,23 +83,26 @@ class RunResult:
     retries: int = 0                # extra arrivals of completed requests (router retries)
     skipped: int = 0                # ops that did not apply (shrunk away, pool guard)
     ties: list[tuple[int, int]] = attrs.field(factory=list)  # (position chosen, tie size)
+    band: dict[str, int] = attrs.field(factory=dict)  # band decisions met (see _count_band)
 
 
-@attrs.define
-class _Placed:
-    cid: str
-    server: str
-    session: str
-    stream: bool
-    task: asyncio.Task[str]
-    released: bool = False
-    failed: bool = False
+def request_body(cid: str, stream: bool, context: int | None) -> dict[str, object]:
+    """The completions body of one acquire: a text prompt carrying the correlation id, or,
+    with a context ``c``, a prompt of exactly ``c`` token ids (what a router counts exactly,
+    as ``affinity serve`` does) with the id in the ``user`` field. The ids are arbitrary
+    small integers; the stub backends never tokenize."""
+    body: dict[str, object] = {"model": MODEL, "max_tokens": 1, "stream": stream}
+    if context is None:
+        body["prompt"] = correlation_prompt(cid)
+    else:
+        body["prompt"] = [1 + i % 1000 for i in range(context)]
+        body["user"] = correlation_prompt(cid)
+    return body
 
 
 async def _send(http: aiohttp.ClientSession, url: str, header: str, session: str,
-                cid: str, stream: bool) -> str:
-    body = {"model": MODEL, "prompt": correlation_prompt(cid), "max_tokens": 1,
-            "stream": stream}
+                cid: str, stream: bool, context: int | None = None) -> str:
+    body = request_body(cid, stream, context)
     try:
         async with http.post(url + "/v1/completions", json=body, headers={header: session},
                              timeout=aiohttp.ClientTimeout(total=None)) as resp:
@@ -112,31 +110,6 @@ async def _send(http: aiohttp.ClientSession, url: str, header: str, session: str
             return f"HTTP {resp.status}"
     except (aiohttp.ClientError, asyncio.TimeoutError) as exc:
         return f"{type(exc).__name__}"
-
-
-def load_views(state: State, placed: Sequence[_Placed], routed: dict[str, int]
-               ) -> dict[str, dict[str, int]]:
-    """The loads the router would see under each accounting (see the module docstring)."""
-    active = [s for s, _ in state.pool.items()]
-    spec = {s: state.pool.load(s) for s in active}
-    live = [p for p in placed if p.server in spec]
-    streams = {s: spec[s] - sum(1 for p in live if p.server == s and p.stream
-                                and not p.released) for s in active}
-    failed = {s: spec[s] + sum(1 for p in live if p.server == s and p.failed) for s in active}
-    pins: dict[str, str] = {}
-    for p in placed:
-        pins[p.session] = p.server
-    sessions = {s: sum(1 for v in pins.values() if v == s) for s in active}
-    return {"in-flight requests (the spec)": spec,
-            "streams counted finished at their first chunk": streams,
-            "failed requests never released": failed,
-            "sessions placed per backend (sticky_least_loaded's load)": sessions,
-            "requests ever routed": {s: routed.get(s, 0) for s in active}}
-
-
-def _minimal_views(views: dict[str, dict[str, int]], chosen: str) -> tuple[str, ...]:
-    return tuple(name for name, loads in views.items()
-                 if loads and chosen in loads and loads[chosen] == min(loads.values()))
 
 
 async def run_trace(target: Target, fleet: RecordingFleet, http: aiohttp.ClientSession,
@@ -148,7 +121,7 @@ async def run_trace(target: Target, fleet: RecordingFleet, http: aiohttp.ClientS
     names = server_ids(fleet.size)
     state = initial_state(config, names)
     result = RunResult(None)
-    placed: dict[int, _Placed] = {}
+    placed: dict[int, Placed] = {}
     routed: dict[str, int] = {}
     learned: dict[tuple[str, tuple[str, ...]], str] = {}
     evicted: dict[str, tuple[int, str]] = {}  # request id -> (step, server it was pinned to)
@@ -161,15 +134,16 @@ async def run_trace(target: Target, fleet: RecordingFleet, http: aiohttp.ClientS
                 assert op.session is not None
                 cid = f"{target.namespace}{index}-{op.ident}"
                 key = target.namespace + op.session
-                task = asyncio.create_task(_send(http, target.url, header, key, cid, op.stream))
+                task = asyncio.create_task(_send(http, target.url, header, key, cid, op.stream,
+                                                 op.context))
                 arrival = await fleet.wait_arrival(cid, ARRIVAL_TIMEOUT * plan.factor)
                 pool = tuple(s for s, _ in state.pool.items())
-                event = Acquire(request_id=op.session)
+                event = Acquire(request_id=op.session, context_tokens=op.context)
                 if claim.deterministic and pool:
                     pick = learned.get((op.session, pool))
                     if pick is None and arrival is not None:
                         pick = learned.setdefault((op.session, pool), names[arrival.backend])
-                    event = Acquire(request_id=op.session,
+                    event = Acquire(request_id=op.session, context_tokens=op.context,
                                     request_hash=pool.index(pick) if pick in pool else 0)
                 permitted = allowed(config, state, event)
                 if arrival is None:
@@ -183,7 +157,7 @@ async def run_trace(target: Target, fleet: RecordingFleet, http: aiohttp.ClientS
                     return result
                 chosen = names[arrival.backend]
                 if chosen not in permitted:
-                    text, reqs, views = _explain(
+                    text, reqs, views = explain_choice(
                         config, state, event, chosen, pool, permitted,
                         load_views(state, list(placed.values()), routed),
                         {s: sum(1 for p in placed.values() if p.server == s and p.failed)
@@ -195,6 +169,7 @@ async def run_trace(target: Target, fleet: RecordingFleet, http: aiohttp.ClientS
                 if len(permitted) > 1:  # a tie: which of the tied backends did it take?
                     ordered_ties = [s for s in pool if s in permitted]
                     result.ties.append((ordered_ties.index(chosen), len(ordered_ties)))
+                count_band(config, state, event, result.band)
                 fed = draw_for(config, state, event, chosen)
                 assert fed is not None
                 transition = step(config, state, fed)
@@ -205,7 +180,7 @@ async def run_trace(target: Target, fleet: RecordingFleet, http: aiohttp.ClientS
                         evicted[gone] = (index, old)
                 state = transition.state
                 result.events.append(fed)
-                placed[op.ident] = _Placed(cid, chosen, op.session, op.stream, task)
+                placed[op.ident] = Placed(cid, chosen, op.session, op.stream, task)
                 routed[chosen] = routed.get(chosen, 0) + 1
             elif op.kind == "release":
                 entry = placed.get(op.ident)
@@ -246,60 +221,6 @@ async def run_trace(target: Target, fleet: RecordingFleet, http: aiohttp.ClientS
         result.retries = sum(1 for a in fleet.arrivals if a.correlation_id is not None) \
             - len({a.correlation_id for a in fleet.arrivals if a.correlation_id is not None})
     return result
-
-
-def _keep_reason(config: Config, state: State, pin: str) -> str:
-    if config.full_determinism:
-        return "under full_determinism every hit keeps its pin"
-    margin = config.affinity_break_margin
-    if margin is None:
-        return "legacy: a pin is never moved for load"
-    return (f"load {state.pool.load(pin)} <= min {state.pool.min_load} + margin {margin}")
-
-
-def _explain(config: Config, state: State, event: Acquire, chosen: str, pool: tuple[str, ...],
-             permitted: frozenset[str], views: dict[str, dict[str, int]],
-             failures: dict[str, int], evicted: dict[str, tuple[int, str]],
-             changes: Sequence[str] = ()) -> tuple[str, list[str], tuple[str, ...]]:
-    """Words, requirement ids and consistent load views for a choice outside the set."""
-    ordered = [s for s in pool if s in permitted]
-    lookup, pin = classify(config, state, event.request_id, event.context_tokens)
-    if lookup is Lookup.HIT_KEEP and pin is not None and not config.full_determinism \
-            and config.affinity_break_margin is not None:
-        gap = state.pool.load(pin) - state.pool.min_load
-        text = (f"the router chose {chosen}, the spec requires {pin}: {event.request_id!r} is "
-                f"pinned to {pin} at load {state.pool.load(pin)}, {gap} above the minimum "
-                f"{state.pool.min_load}, inside the claimed margin "
-                f"{config.affinity_break_margin} (inclusive, loads before this request): the "
-                f"pin must be kept. The router moved it, as a router with margin < {gap} would")
-        if state.pool.load(chosen) != state.pool.min_load:
-            text += ", and not even to a least-loaded server"
-        return text, ["R-KEEP-1", "R-KEEP-4"], ()
-    if lookup is Lookup.HIT_KEEP and pin is not None:
-        text = (f"the router chose {chosen}, the spec requires {pin}: {event.request_id!r} is "
-                f"pinned to active {pin} and the claim keeps the pin "
-                f"({_keep_reason(config, state, pin)}); the router re-placed the session "
-                "although no pool change was made")
-        failed = failures.get(pin, 0)
-        if changes and not failed:
-            text = text.replace("although no pool change was made",
-                                f"after the pool changed ({'; '.join(changes)}), although its pin "
-                                "stayed active: the spec's sticky map is untouched by pool "
-                                "changes, so a pin on an active server is kept (a hash ring "
-                                "that re-maps keys when a backend comes back breaks this)")
-            return text, ["R-ACQ-2", "R-POOL-2", "R-DET-1" if config.full_determinism
-                          else "R-POOL-3"], ()
-        if failed:
-            text += (f". {failed} request(s) failed on {pin} earlier in this trace: the router "
-                     f"appears to take a backend out of rotation after failures (circuit "
-                     f"breaker / health demotion) -- the spec knows only explicit pool changes, "
-                     f"so such a router must report it as remove_servers, or keep pins")
-            return text, ["R-ACQ-2", "R-POOL-3", "R-POOL-4"], ()
-        return text, ["R-ACQ-2", "R-KEEP-1" if config.affinity_break_margin is not None
-                      else "R-LEG-1", "R-LRU-2"], ()
-    text, reqs = explain_acquire(config, state, event, chosen, ordered, None, evicted)
-    text = text.replace("IMPL", "the router")
-    return text, reqs, _minimal_views(views, chosen)
 
 
 async def _soon(task: asyncio.Task[str], timeout: float = 1.0) -> str:

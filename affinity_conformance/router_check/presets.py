@@ -9,8 +9,9 @@ the harness may use to observe it:
   router's port), ``{metrics_port}``, ``{backends}`` (a token that expands to one argument
   per backend URL), ``{backend}`` inside a token (the token is repeated per backend, e.g.
   ``--backend={backend}``), ``{python}`` (this interpreter), ``{routers}`` (the venv with
-  the Rust routers), ``{margin}`` (the claimed margin, or ``none``) and ``{cache_size}``
-  (the claimed sticky-map capacity);
+  the Rust routers), ``{margin}`` (the claimed margin, or ``none``), ``{cache_size}``
+  (the claimed sticky-map capacity), ``{band_tokens}`` and ``{band_cap}`` (the claimed
+  context band's ``T`` and cap, or ``none``);
 * ``session_header``: where the router reads the session key;
 * ``settle``: how the harness knows the router has seen a completion before the next
   acquire -- ``status`` polls ``affinity serve``'s ``/status`` until ``total_inflight``
@@ -72,6 +73,8 @@ class Preset:
     needs_routers_venv: bool
     about: str
     cache_flag: str | None = None  # passes a non-default claimed cache size, e.g. --cache-size
+    # flags that pass a claimed context band's T and cap, appended only when one is claimed
+    band_flags: tuple[str, str] | None = None
 
 
 def _vllm(policy: str) -> tuple[str, ...]:
@@ -85,8 +88,10 @@ PRESETS: dict[str, Preset] = {p.name: p for p in (
                         "--port", "{port}", "--backend={backend}", "--margin", "{margin}",
                         "--log-level", "WARNING"),
            "x-session-id", "margin=2", "status", None, False,
-           "affinity serve with the claimed margin (override with --router-extra)",
-           cache_flag="--cache-size"),
+           "affinity serve with the claimed margin and context band (override with "
+           "--router-extra)",
+           cache_flag="--cache-size",
+           band_flags=("--affinity-break-tokens", "--affinity-break-band-cap")),
     Preset("vllm-router:sticky_least_loaded", _vllm("sticky_least_loaded"), "x-session-id",
            "legacy", "delay", "vllm-admin", True,
            "vllm-router 0.1.17, sticky_least_loaded: never migrates for load"),
@@ -109,11 +114,14 @@ def free_port() -> int:
 
 
 def expand(template: Sequence[str], *, port: int, metrics_port: int, backends: Sequence[str],
-           routers: Path, margin: int | None, cache_size: int = 10000) -> list[str]:
+           routers: Path, margin: int | None, cache_size: int = 10000,
+           band: tuple[int, int] | None = None) -> list[str]:
     """The command line for ``template`` (see the module docstring for placeholders)."""
     values = {"port": str(port), "metrics_port": str(metrics_port), "python": sys.executable,
               "routers": str(routers), "margin": "none" if margin is None else str(margin),
-              "cache_size": str(cache_size)}
+              "cache_size": str(cache_size),
+              "band_tokens": "none" if band is None else str(band[0]),
+              "band_cap": "none" if band is None else str(band[1])}
     out: list[str] = []
     for token in template:
         if token == "{backends}":
@@ -128,7 +136,7 @@ def expand(template: Sequence[str], *, port: int, metrics_port: int, backends: S
             raise PresetError(f"router command token {token!r}: unknown or malformed "
                               f"placeholder ({exc}); known: {{port}}, {{metrics_port}}, "
                               "{backends}, {backend}, {python}, {routers}, {margin}, "
-                              "{cache_size}") from None
+                              "{cache_size}, {band_tokens}, {band_cap}") from None
     return out
 
 

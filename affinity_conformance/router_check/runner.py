@@ -92,6 +92,7 @@ class RouterReport:
     retries: int = 0
     ties: int = 0        # placements with two or more least-loaded backends (main traces)
     ties_first: int = 0  # ... where the router took the first in pool order
+    band: dict[str, int] = attrs.field(factory=dict)  # band decisions met (main traces)
     router_runs: int = 0
     probes: dict[str, int] = attrs.field(factory=dict)
     notes: list[str] = attrs.field(factory=list)
@@ -110,10 +111,17 @@ class RouterReport:
                                                   "factor": s.factor, "how": s.how},
                 "traces": self.traces, "passed": self.passed, "retries_seen": self.retries,
                 "ties": self.ties, "ties_to_first_in_pool_order": self.ties_first,
+                "band_decisions": self.band,
                 "router_starts": self.router_runs, "backend_probes": self.probes,
                 "notes": self.notes, "out_dir": self.out_dir,
                 "seconds": round(self.seconds, 1),
                 "failures": [f.to_json() for f in self.failures]}
+
+
+def _band(claim: Claim) -> tuple[int, int] | None:
+    """The claimed context band's (T, cap) for the router command, or None."""
+    tokens, cap = claim.config.affinity_break_tokens, claim.config.affinity_break_band_cap
+    return None if tokens is None or cap is None else (tokens, cap)
 
 
 def _kind(d: StepDivergence) -> tuple[object, ...]:
@@ -150,7 +158,8 @@ async def check_router(options: CheckOptions) -> RouterReport:
                             margin=claim.config.affinity_break_margin,
                             extra=list(options.extra), url=options.url,
                             log_path=out / "router.log",
-                            cache_size=claim.config.max_cache_size)
+                            cache_size=claim.config.max_cache_size,
+                            band=_band(claim))
             target.fleet = fleet
             try:
                 await target.fresh(http)  # starts the router and calibrates the settle
@@ -181,6 +190,8 @@ async def _run_all(options: CheckOptions, shape: TraceShape, target: Target,
         report.retries += result.retries
         report.ties += len(result.ties)
         report.ties_first += sum(1 for position, _ in result.ties if position == 0)
+        for name, count in result.band.items():
+            report.band[name] = report.band.get(name, 0) + count
         if result.divergence is None:
             report.passed += 1
             continue

@@ -59,7 +59,8 @@ class Target:
 
     def __init__(self, preset: Preset, *, backends: list[str], routers: Path,
                  margin: int | None, extra: list[str], url: str | None, log_path: Path,
-                 metrics_url: str | None = None, cache_size: int = 10000) -> None:
+                 metrics_url: str | None = None, cache_size: int = 10000,
+                 band: tuple[int, int] | None = None) -> None:
         self.preset, self.backends, self.url = preset, backends, url or ""
         self.attached = url is not None
         self.metrics_url = metrics_url
@@ -67,6 +68,7 @@ class Target:
         self.log_path = log_path
         self.routers, self.margin, self.extra = routers, margin, extra
         self.cache_size = cache_size
+        self.band = band  # the claimed context band's (T, cap), or None
         self.namespace = ""
         self.runs = 0
         self.round_trip = 0.0
@@ -88,9 +90,12 @@ class Target:
         self.metrics_url = f"http://127.0.0.1:{metrics_port}"
         self.command = expand(self.preset.template, port=port, metrics_port=metrics_port,
                               backends=self.backends, routers=self.routers,
-                              margin=self.margin, cache_size=self.cache_size)
+                              margin=self.margin, cache_size=self.cache_size, band=self.band)
         if self.preset.cache_flag and self.cache_size != DEFAULT_MAX_CACHE_SIZE:
             self.command += [self.preset.cache_flag, str(self.cache_size)]
+        if self.preset.band_flags and self.band is not None:
+            tokens_flag, cap_flag = self.preset.band_flags
+            self.command += [tokens_flag, str(self.band[0]), cap_flag, str(self.band[1])]
         self.command += self.extra
         self.process = RouterProcess(self.command, self.url, self.log_path)
         await self.process.start(http)

@@ -7,7 +7,9 @@ from outside, and each maps to exactly one spec event once the router's choice i
 
 * ``acquire`` -- send a request with a session key (optionally streamed); the backend it
   arrives at is the router's choice. Spec: ``Acquire(request_id=key)`` with the choice fed
-  back through ``draw_for`` (R-REL-2);
+  back through ``draw_for`` (R-REL-2). With a *context* ``c`` (traces for the context
+  band, SPEC §7.5) the request's ``prompt`` is a list of ``c`` token ids, so a router can
+  know ``c`` exactly, and the spec event is ``Acquire(key, context_tokens=c)``;
 * ``release`` -- let the backend complete the request of an earlier acquire, normally
   (``ok``) or with a failure (``fail``: HTTP 500, or a cut stream). Spec: ``Release(server,
   request_id=key)`` either way: a request that failed is over;
@@ -22,6 +24,14 @@ active or a ``remove`` that would empty the pool.
 :func:`generate` draws a trace from a SplitMix64 seed (reproducible on any machine, like
 ``affinity check``): a few session keys so that sessions collide, releases of random held
 requests, and -- where enabled -- streamed requests, failures and pool changes.
+
+Contexts (``TraceShape.band_tokens = T``): each acquire gets ``c = k * T + d`` with ``k`` in
+0..5 and ``d`` one of 0 (a band step exactly), ``T - 1`` (one token short of the next step:
+a router that rounds ``c / T`` up keeps where the spec breaks) or uniform in ``[0, T)``.
+``k`` up to 5 passes any cap below 5 + margin, so the cap (R-BAND-2) is exercised too;
+``c`` stays below ``6 T`` tokens, so request bodies stay small for a small ``T``. Without
+``band_tokens`` no context is drawn and the SplitMix64 stream, hence every trace, is the
+same as before contexts existed.
 """
 
 from __future__ import annotations
@@ -41,6 +51,7 @@ class Op:
     stream: bool = False
     outcome: str = "ok"     # release: ok | fail
     backend: int = -1       # remove / add
+    context: int | None = None  # acquire: prompt length c in tokens (sent as c token ids)
 
 
 @attrs.frozen
@@ -51,6 +62,7 @@ class TraceShape:
     stream_percent: int = 25
     fail_percent: int = 15
     pool_percent: int = 0   # 0 unless the router has a pool-change API
+    band_tokens: int | None = None  # T: give each acquire a context c in [0, 6T)
 
 
 def server_ids(count: int) -> list[str]:
@@ -60,10 +72,22 @@ def server_ids(count: int) -> list[str]:
 
 def describe(op: Op) -> str:
     if op.kind == "acquire":
-        return f"acquire({op.session!r}{', stream' if op.stream else ''}) #{op.ident}"
+        context = "" if op.context is None else f", c={op.context}"
+        return f"acquire({op.session!r}{context}{', stream' if op.stream else ''}) #{op.ident}"
     if op.kind == "release":
         return f"release(#{op.ident}{', fail' if op.outcome == 'fail' else ''})"
     return f"{op.kind}(b{op.backend})"
+
+
+def _context(rng: SplitMix64, tokens: int) -> int:
+    """A prompt length around the band's steps (see the module docstring)."""
+    step = rng.below(6)
+    kind = rng.below(3)
+    if kind == 0:
+        return step * tokens
+    if kind == 1:
+        return step * tokens + tokens - 1
+    return step * tokens + rng.below(tokens)
 
 
 def generate(seed: int, shape: TraceShape) -> list[Op]:
@@ -91,7 +115,9 @@ def generate(seed: int, shape: TraceShape) -> list[Op]:
             ops.append(Op("release", ident, outcome=outcome))
         else:
             session = f"s{rng.below(shape.sessions) + 1}"
-            ops.append(Op("acquire", next_id, session, stream=rng.chance(shape.stream_percent)))
+            stream = rng.chance(shape.stream_percent)
+            context = None if shape.band_tokens is None else _context(rng, shape.band_tokens)
+            ops.append(Op("acquire", next_id, session, stream=stream, context=context))
             held.append(next_id)
             next_id += 1
     return ops
