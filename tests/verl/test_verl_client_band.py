@@ -20,13 +20,12 @@ r2 are idle; then each conversation plays one more turn.
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 import ray
+from affinity_verl.testing.driving import wait_until
 from affinity_verl.testing.replay import replay_decision_log
 from affinity_verl.testing.replicas import FakeReplica, Served
 from affinity_verl.testing.verl_client import VerlClientWorker
@@ -39,14 +38,6 @@ LONG, SHORT, HOG = 2500, 10, 5000  # prompt lengths in tokens
 BAND_YAML = ("affinity_break_margin: 1\naffinity_break_tokens: 1000\n"
              "affinity_break_band_cap: 3\n")
 MARGIN_YAML = "affinity_break_margin: 1\n"
-
-
-def _wait_until(condition: Callable[[], bool], what: str, timeout_s: float = 20.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting until {what}")
-        time.sleep(0.02)
 
 
 def _run(tmp_path: Path, options_yaml: str) -> tuple[dict[str, list[Served]], dict[str, Any],
@@ -68,7 +59,7 @@ def _run(tmp_path: Path, options_yaml: str) -> tuple[dict[str, list[Served]], di
         ray.get(worker.turn.remote("short", "short", 0, prompt_len=SHORT))
         ray.get(worker.start_held.remote([("hog", "hog", 0), ("hog", "hog", 1)],
                                          prompt_len=HOG))
-        _wait_until(lambda: sum(ray.get([r.held.remote() for r in handles])) == 2,
+        wait_until(lambda: sum(ray.get([r.held.remote() for r in handles])) == 2,
                     "the hog's two turns are in flight")
         ray.get(worker.turn.remote("short", "short", 1, prompt_len=SHORT))
         ray.get(worker.turn.remote("long", "long", 1, prompt_len=LONG))

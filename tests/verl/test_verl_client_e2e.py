@@ -25,14 +25,13 @@ replicas recorded.
 from __future__ import annotations
 
 import itertools
-import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import attrs
 import ray
 from affinity_verl import balancer_class_from_config
+from affinity_verl.testing.driving import wait_until
 from affinity_verl.testing.replicas import FakeReplica, Served
 from affinity_verl.testing.verl_client import VerlClientWorker
 from omegaconf import OmegaConf
@@ -43,14 +42,6 @@ REPLICAS = ("r0", "r1", "r2")
 SESSIONS = tuple(f"session-{i}" for i in range(6))
 LATER_TURNS = 3
 HOG_TURNS = 3
-
-
-def _wait_until(condition: Callable[[], bool], what: str, timeout_s: float = 20.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting until {what}")
-        time.sleep(0.02)
 
 
 @attrs.frozen
@@ -76,12 +67,12 @@ def _run_scenario(load_balancer: Any, replicas: dict[str, Any], margin: int | No
     try:
         origin = ray.get(worker.client_origin.remote())
         ray.get(worker.start_held.remote([(s, s, 0) for s in SESSIONS]))
-        _wait_until(lambda: sum(held()) == len(SESSIONS), "all first turns are in flight")
+        wait_until(lambda: sum(held()) == len(SESSIONS), "all first turns are in flight")
         ray.get([r.release_holds.remote() for r in handles])
         first = dict(zip(SESSIONS, ray.get(worker.finish_held.remote()), strict=True))
 
         ray.get(worker.start_held.remote([("hog", "hog", t) for t in range(HOG_TURNS)]))
-        _wait_until(lambda: sum(held()) == HOG_TURNS, "the hog's turns are in flight")
+        wait_until(lambda: sum(held()) == HOG_TURNS, "the hog's turns are in flight")
         counts = dict(zip(replicas, held(), strict=True))
         busy = max(counts, key=lambda name: counts[name])
 

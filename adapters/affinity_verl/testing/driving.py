@@ -8,6 +8,8 @@ counters cannot be set directly (verl's own tests poke the dict). It acquires fr
 filler ids until every server sits at a common level -- each goes to a least-loaded
 server, so the pool fills evenly and no server passes the level -- then releases each
 server down to its target. The fillers stay in the sticky map; they are never reused.
+:func:`wait_until` polls a condition (e.g. "every replica holds its request") with a
+deadline, because fire-and-forget releases and actor calls land asynchronously.
 This works for any tie-break, but not under ``full_determinism`` (placements ignore
 load there) nor with ``lease_accounting`` (its releases carry no request id). Calls are
 pipelined: Ray runs one submitter's calls in order.
@@ -16,12 +18,13 @@ pipelined: Ray runs one submitter's calls in order.
 from __future__ import annotations
 
 import itertools
-from collections.abc import Mapping
+import time
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import ray
 
-__all__ = ["call", "loads", "set_loads"]
+__all__ = ["call", "loads", "set_loads", "wait_until"]
 
 _fillers = itertools.count()
 
@@ -50,3 +53,12 @@ def set_loads(handle: Any, targets: Mapping[str, int]) -> None:
     reached = loads(handle)
     if reached != dict(targets):
         raise AssertionError(f"set_loads reached {reached}, wanted {dict(targets)}")
+
+
+def wait_until(condition: Callable[[], bool], what: str, timeout_s: float = 20.0) -> None:
+    """Poll ``condition`` every 20 ms; AssertionError naming ``what`` after ``timeout_s``."""
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting until {what}")
+        time.sleep(0.02)
