@@ -45,6 +45,8 @@ from .events import (
     ObserveLoads,
     Release,
     RemoveServers,
+    acquire_event,
+    release_event,
 )
 from .hashing import stable_hash
 from .leases import LeaseBook
@@ -104,6 +106,7 @@ __all__ = [
     "StickyLru",
     "TieBreak",
     "Transition",
+    "acquire_event",
     "allowed",
     "canonical_dumps",
     "classify",
@@ -114,6 +117,7 @@ __all__ = [
     "event_to_json",
     "initial_state",
     "outcome_to_json",
+    "release_event",
     "stable_hash",
     "state_digest",
     "state_from_json",

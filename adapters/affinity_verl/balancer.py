@@ -69,7 +69,9 @@ from affinity_core import (
     RemoveServers,
     StickyCacheCleared,
     TieBreak,
+    acquire_event,
     initial_state,
+    release_event,
     status,
     step,
 )
@@ -223,18 +225,16 @@ class AffinityLoadBalancer:
             if context is not None:
                 return self._acquire_event(request_id, context)
         if not (self._needs_draw or self._needs_hash):
-            outcome = self._apply(Acquire(request_id=request_id))
+            # The positional builder: the same validation without the keyword call.
+            outcome = self._apply(acquire_event(request_id))
             if type(outcome) is Acquired:
                 return outcome.server_id, self._handles.get(outcome.server_id)
             return self._acquire_failed(request_id, outcome)
         return self._acquire_event(request_id, None)
 
     def _acquire_event(self, request_id: str, context: int | None) -> tuple[str, Any]:
-        event = Acquire(
-            request_id=request_id,
-            tie_draw=self._tie_draw(request_id),
-            request_hash=self._request_hash(request_id),
-            context_tokens=context,
+        event = acquire_event(
+            request_id, self._tie_draw(request_id), self._request_hash(request_id), context
         )
         outcome = self._apply(event)
         if isinstance(outcome, Acquired):
@@ -258,12 +258,12 @@ class AffinityLoadBalancer:
         if request_id is None and type(server_id) is str:
             event = self._releases.get(server_id)
             if event is None:
-                event = Release(server_id=server_id)
+                event = release_event(server_id)
                 if server_id in self._handles:  # bounded by the pool, emptied on removal
                     self._releases[server_id] = event
             self._apply(event)
             return
-        self._apply(Release(server_id=server_id, request_id=request_id))
+        self._apply(release_event(server_id, request_id))
 
     def require_acquire_fields(self) -> list[str]:
         """``["prompt_ids"]`` with the context band (its length widens the keep band,

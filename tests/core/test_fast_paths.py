@@ -13,6 +13,9 @@ Each shortcut added for speed is checked against what it replaces:
 * shared outcomes: equal to freshly built ones, and the sharing table stays bounded;
 * ``Acquire`` / ``Release`` field checks (common case first): accept and reject exactly
   what the per-field rules accept and reject, with the same messages;
+* the positional builders ``acquire_event`` / ``release_event``: for every combination
+  of good and bad field values, the same event as the keyword constructor, or the same
+  ``EventError`` message;
 * the native value classes (``affinity_core.values``): for every one, an attrs frozen
   class with the same fields is built here, and equality, hash consistency, repr,
   immutability, ``attrs.evolve`` / ``evolve`` and pickling are compared with it;
@@ -43,7 +46,9 @@ from affinity_core import (
     Release,
     Released,
     ReleaseResult,
+    acquire_event,
     initial_state,
+    release_event,
     step,
 )
 from affinity_core.values import Value, evolve
@@ -127,6 +132,40 @@ def test_acquire_rejects_bad_numbers(field: str, value: Any, message: str) -> No
 def test_acquire_accepts_int_subclasses_as_before() -> None:
     event = Acquire(request_id="a", tie_draw=_Int(3), request_hash=_Int(-5))
     assert (event.tie_draw, event.request_hash) == (3, -5)
+
+
+ACQUIRE_VALUES: dict[str, list[Any]] = {
+    "request_id": [*BAD_IDS, *GOOD_IDS],
+    "tie_draw": [0, 5, -1, True, 1.0, _Int(3), None],
+    "request_hash": [None, -5, 7, False, "7", _Int(-2)],
+    "context_tokens": [None, 0, 12, -1, True, 2.5],
+}
+
+
+def _built(build: Any, *args: Any, **kwargs: Any) -> tuple[str, Any]:
+    try:
+        return "event", build(*args, **kwargs)
+    except EventError as exc:
+        return "error", str(exc)
+
+
+def test_positional_builders_equal_the_keyword_constructors() -> None:
+    rng = random.Random(16)
+    names = list(ACQUIRE_VALUES)
+    combos = [[rng.choice(ACQUIRE_VALUES[n]) for n in names] for _ in range(400)]
+    combos += [[v, 0, None, None] for v in ACQUIRE_VALUES["request_id"]]
+    errors = 0
+    for values in combos:
+        fast = _built(acquire_event, *values)
+        slow = _built(Acquire, **dict(zip(names, values, strict=True)))
+        assert fast == slow, values
+        errors += fast[0] == "error"
+    for sid in [*BAD_IDS, *GOOD_IDS]:
+        for rid in [None, *BAD_IDS, *GOOD_IDS]:
+            assert _built(release_event, sid, rid) == _built(
+                Release, server_id=sid, request_id=rid), (sid, rid)
+        assert _built(release_event, sid) == _built(Release, server_id=sid), sid
+    assert 0 < errors < len(combos)  # both outcomes were exercised
 
 
 def _samples() -> list[Value]:
