@@ -17,8 +17,8 @@ import json
 from pathlib import Path
 
 import pytest
+from affinity_vllm.context import estimate_tokens, token_ids_length
 
-from adapters.affinity_vllm.context import estimate_tokens, token_ids_length
 from affinity_cli.main import main
 from affinity_conformance.router_check.claims import ClaimError, parse_claim
 from affinity_conformance.router_check.explain import explain_choice
