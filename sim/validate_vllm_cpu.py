@@ -247,7 +247,9 @@ def main(argv: list[str] | None = None) -> int:
                         default=ROOT / "benchmarks/results/bench_router.json",
                         help="bench_router.py's JSON: the workload and the measured rows")
     parser.add_argument("--seeds", type=int, default=10, help="tie-draw seeds (median)")
-    parser.add_argument("--out", type=Path, default=ROOT / "sim/vllm_cpu_validation.md")
+    # No default file: sim/vllm_cpu_validation.md is a hand-written record around the table.
+    parser.add_argument("--out", type=Path, default=None,
+                        help="also write the table to this file (default: print only)")
     args = parser.parse_args(argv)
     if args.measure:
         record = measure(args.reps)
@@ -269,8 +271,9 @@ def main(argv: list[str] | None = None) -> int:
     predicted = predict(cost, bench["workload"], args.seeds)
     text = table(measured, predicted)
     print(text)
-    args.out.write_text(text + "\n")
-    print(f"wrote {args.out}")
+    if args.out is not None:
+        args.out.write_text(text + "\n")
+        print(f"wrote {args.out}")
     return 0
 
 
