@@ -26,7 +26,8 @@ example (two vLLM servers, sessions keyed by the x-session-id header):
       -H 'content-type: application/json' -d '{"model": "m", "prompt": "hi"}'
 
 routes: POST /v1/completions, POST /v1/chat/completions (SSE streaming passed through),
-GET /v1/models, GET /metrics (Prometheus), GET /status (JSON), GET /health.
+GET /v1/models, GET /metrics (Prometheus), GET /status (JSON), GET /health (and HEAD on
+the last three).
 """
 
 

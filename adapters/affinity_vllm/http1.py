@@ -25,7 +25,10 @@ cost per request is parsing, one task and a few writes.
   every quarter of the shortest timeout -- at most 1 s late -- instead of a timer armed
   and cancelled per request phase);
 * connections beyond ``max_connections`` get 503 and are closed at once;
-* bytes the parser cannot read (400).
+* bytes the parser cannot read (400) -- behind pipelined requests, only after their
+  answers (a too-short Content-Length still gets its answer, then the 400).
+
+A HEAD response is never followed by its body (a keep-alive client would misread it).
 
 **Client abandonment.** While a handler runs, the connection keeps reading, so a close
 or reset by the client is seen at once: ``connection_lost`` (or EOF) cancels the
@@ -37,9 +40,8 @@ ended.
 
 **Flow control.** ``send`` returns an awaitable only while the transport's write buffer
 is above its high-water mark (``pause_writing``), so a slow client slows the relay
-instead of growing memory.
-
-Everything runs on the event loop thread; nothing here blocks or holds a lock.
+instead of growing memory. Everything runs on the event loop thread; nothing here
+blocks or holds a lock.
 """
 
 from __future__ import annotations
@@ -88,6 +90,8 @@ class ClientConnection(asyncio.Protocol):
         self.responding = False  # a response is in progress (a handler runs)
         self.head_sent = False
         self.chunked = False
+        self.no_body = False  # answering HEAD: headers only
+        self._refusal: _Refuse | None = None  # for a request behind the one being answered
         self._body: list[bytes] = []
         self._body_size = 0
         self._head_size = 0
@@ -145,7 +149,8 @@ class ClientConnection(asyncio.Protocol):
         self._drain = None
 
     def data_received(self, data: bytes) -> None:
-        self._feed(data)
+        if self._refusal is None:  # after a parse error the parser's state is undefined
+            self._feed(data)
 
     def _feed(self, data: bytes) -> None:
         try:
@@ -278,7 +283,8 @@ class ClientConnection(asyncio.Protocol):
             parts.append(b"connection: close\r\n")
             if request is not None:
                 request.keep_alive = False
-        parts += (b"\r\n", body)
+        self.no_body = request is not None and request.method == "HEAD"
+        parts += (b"\r\n",) if self.no_body else (b"\r\n", body)
         self.transport.write(b"".join(parts))
         self.head_sent = True
 
@@ -286,7 +292,7 @@ class ClientConnection(asyncio.Protocol):
         """Write body bytes; returns an awaitable while the client is not keeping up."""
         if self.transport is None or self.closed:
             raise ConnectionResetError("client went away")
-        if data:
+        if data and not self.no_body:
             if self.chunked:
                 self.transport.write(b"%x\r\n%b\r\n" % (len(data), data))
             else:
@@ -302,7 +308,8 @@ class ClientConnection(asyncio.Protocol):
         if self.transport is None or self.closed:
             return
         if self.chunked:
-            self.transport.write(b"0\r\n\r\n")
+            if not self.no_body:
+                self.transport.write(b"0\r\n\r\n")
             self.chunked = False
         request = self.request
         if request is None or not request.keep_alive:
@@ -338,22 +345,32 @@ class ClientConnection(asyncio.Protocol):
             self.transport.resume_reading()
         if self.queue:
             self._next()
+        elif self._refusal is not None:
+            self._answer_refusal(self._refusal)
         elif self.parsing is None:
             self._arm(self.limits.idle_timeout, self._idle_expired)
 
     def _refuse(self, refusal: _Refuse) -> None:
         self.server.on_refused(refusal.status)
+        self._disarm()
+        if self.transport is None or self.closed or self._refusal is not None:
+            return
+        if self.responding:  # answer the requests before it first (see the docstring)
+            self._refusal = refusal
+            return
+        self._answer_refusal(refusal)
+
+    def _answer_refusal(self, refusal: _Refuse) -> None:
+        self._refusal = refusal  # nothing more is read from this connection
         if self.transport is None or self.closed:
             return
         body = error_body(refusal.status, refusal.message, refusal.kind)
-        if not self.responding:  # else a pipelined request failed: just close
-            self.request = self.parsing
-            if self.request is not None:
-                self.request.keep_alive = False
-            self.start_response(refusal.status, [(b"content-type", b"application/json")],
-                                len(body), body)
+        self.request = self.parsing
+        if self.request is not None:
+            self.request.keep_alive = False
+        self.start_response(refusal.status, [(b"content-type", b"application/json")],
+                            len(body), body)
         self.transport.close()
-        self._disarm()
 
     def _arm(self, delay: float, callback: Callable[[], None]) -> None:
         # A deadline, not a timer: arming and disarming cost an assignment; the server's

@@ -68,16 +68,18 @@ MAX_HEADERS = 128
 MAX_SESSION_KEY_CHARS = 1024
 MODELS_KEY = "GET /v1/models"
 ROUTES = ("POST /v1/completions", "POST /v1/chat/completions", "GET /v1/models",
-          "GET /metrics", "GET /status", "GET /health")
+          "GET /metrics", "GET /status", "GET /health", "HEAD /metrics", "HEAD /status",
+          "HEAD /health")
 _JSON = [(b"content-type", b"application/json")]
 _TEXT = [(b"content-type", b"text/plain; version=0.0.4; charset=utf-8"),
          (b"x-content-type-options", b"nosniff")]
 
 
 class BadRequest(Exception):
-    def __init__(self, status: int, message: str, kind: str = "invalid_request_error"):
+    def __init__(self, status: int, message: str, kind: str = "invalid_request_error",
+                 headers: tuple[tuple[bytes, bytes], ...] = ()):
         super().__init__(message)
-        self.status, self.message, self.kind = status, message, kind
+        self.status, self.message, self.kind, self.headers = status, message, kind, headers
 
 
 Handler = Callable[[IncomingRequest], Awaitable[int]]
@@ -121,6 +123,8 @@ class Router:
             ("GET", "/status"): ("/status", self._status),
             ("GET", "/health"): ("/health", self._health),
         }
+        for path in ("/metrics", "/status", "/health"):  # HEAD: the GET head, no body (http1)
+            self._routes["HEAD", path] = self._routes["GET", path]
         self._paths = {path: sorted(m for m, p in self._routes if p == path)
                        for _, path in self._routes}
 
@@ -243,7 +247,8 @@ class Router:
             else:
                 status = await route[1](request)
         except BadRequest as exc:
-            client.respond(exc.status, error_body(exc.status, exc.message, exc.kind), _JSON)
+            client.respond(exc.status, error_body(exc.status, exc.message, exc.kind),
+                           [*_JSON, *exc.headers])
             status = exc.status
         except (asyncio.CancelledError, ConnectionResetError):
             status = 499  # the client left; its lease was released on the way out
@@ -265,16 +270,20 @@ class Router:
             raise BadRequest(404, f"no route for {request.method} {request.path}; routes: "
                              + ", ".join(ROUTES), "not_found")
         raise BadRequest(405, f"{request.method} is not allowed on {request.path}; allowed: "
-                         + ", ".join(allowed), "method_not_allowed")
+                         + ", ".join(allowed), "method_not_allowed",
+                         ((b"allow", ", ".join(allowed).encode()),))  # RFC 9110 15.5.6
 
     def _payload(self, request: IncomingRequest) -> dict[str, Any]:
+        if not request.body.strip():
+            raise BadRequest(400, "request body is not valid JSON: it is empty (expected "
+                             "an object)")
         try:
             payload = json.loads(request.body.decode("utf-8"))  # RFC 8259: UTF-8 on the wire
         except UnicodeDecodeError:
             raise BadRequest(400, "request body is not valid UTF-8 JSON") from None
         except json.JSONDecodeError as exc:
-            raise BadRequest(400, f"request body is not valid JSON: {exc.msg} at line "
-                             f"{exc.lineno} column {exc.colno}") from None
+            raise BadRequest(400, f"request body is not valid JSON: {exc.msg} (line "
+                             f"{exc.lineno} column {exc.colno})") from None
         except RecursionError:
             raise BadRequest(400, "request body is not valid JSON: nested too deeply") from None
         if not isinstance(payload, dict):
