@@ -4,6 +4,10 @@ Subcommands register themselves through :data:`SUBCOMMANDS`: each entry names a 
 with ``register(parser)``. Only the module of the subcommand being run is imported, so
 ``affinity --help`` stays fast, a missing optional extra affects only its own
 subcommand, and a broken module cannot take the other commands down with it.
+
+Every subcommand's ``--help`` ends with its exit status (:data:`EXIT_STATUS`, kept here
+in one table so the statuses read alike; tests/cli checks each against the command).
+Usage errors exit 2 with one line on stderr naming the value and what is accepted.
 """
 
 from __future__ import annotations
@@ -12,9 +16,10 @@ import argparse
 import importlib
 import os
 import sys
+import textwrap
 from collections.abc import Sequence
 
-__all__ = ["SUBCOMMANDS", "build_parser", "main", "version_text"]
+__all__ = ["EXIT_STATUS", "SUBCOMMANDS", "build_parser", "main", "version_text"]
 
 # name -> (module, one-line help). The module defines register(subparsers) and run(args).
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
@@ -32,6 +37,36 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "vectors": ("affinity_conformance.cli_vectors",
                 "generate or verify the conformance vectors in spec/vectors/"),
 }
+
+
+# What each exit status means, per subcommand (printed at the end of its --help).
+EXIT_STATUS: dict[str, str] = {
+    "verify": "0 every obligation passed and refuted its mutants; 1 a check failed or a "
+              "mutant survived; 2 bad options (output paths are checked before any proof "
+              "runs)",
+    "serve": "0 after a clean shutdown (SIGTERM/SIGINT); 1 the router could not start (the "
+             "address is in use or does not resolve, the decision log cannot be opened or "
+             "another router holds it); 2 bad options",
+    "simulate": "0 the sweep ran (and was saved unless --no-save); 2 bad input (preset, "
+                "workload file, policy, workload, output path, a Ray address that is "
+                "malformed or does not answer, --address without Ray)",
+    "check": "0 every claimed level passes; 1 a claimed level fails or is unsupported; 2 "
+             "bad input (IMPL, vectors, options)",
+    "check-router": "0 every trace conforms; 1 some trace diverged; 2 bad input, the router "
+                    "could not be started, or nothing answers at --url",
+    "replay": "0 every record matches the spec; 1 a record diverges; 2 malformed input (a "
+              "file that cannot be read or is not a decision log, a malformed line, a "
+              "truncated last line without --allow-truncated)",
+    "vectors": "0 the vectors match (verify) or were written (generate); 1 verify found "
+               "differences; 2 bad input (a directory that is missing or a file, an --out "
+               "that cannot be created, a generation failure)",
+}
+
+
+def _exit_epilog(name: str) -> str:
+    text = (f"exit status: {EXIT_STATUS[name]}. Errors are one line on stderr, never a "
+            "traceback.")
+    return textwrap.fill(text, width=88)  # pre-wrapped: some commands print raw epilogs
 
 
 def _chosen(argv: Sequence[str]) -> str | None:
@@ -69,6 +104,8 @@ def build_parser(argv: Sequence[str] = ()) -> argparse.ArgumentParser:
             "Affinity: the formally specified reference implementation of load-aware "
             "sticky routing (verl's affinity_break_margin)."
         ),
+        epilog="exit status: 2 for a usage error or a subcommand whose optional extra is "
+               "not installed; each subcommand's --help lists its own.",
     )
     parser.add_argument("--version", action=_VersionAction, nargs=0,
                         help="print the version and the build of affinity_core "
@@ -85,6 +122,7 @@ def build_parser(argv: Sequence[str] = ()) -> argparse.ArgumentParser:
             child.set_defaults(_unavailable=f"{type(exc).__name__}: {exc}")
             continue
         mod.register(child)
+        child.epilog = "\n\n".join(e for e in (child.epilog, _exit_epilog(name)) if e)
     return parser
 
 

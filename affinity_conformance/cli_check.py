@@ -18,6 +18,8 @@ import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
+from affinity_cli.paths import output_dir
+
 from .check import DEFAULT_VECTORS, TRACE_LENGTH, CheckReport, run_check
 from .impl_loader import CONVENTIONS, ImplError
 from .levels import LEVELS, STRICT_CONFIG, level_words
@@ -53,7 +55,7 @@ def register(parser: argparse.ArgumentParser) -> None:
                         help=f"vector directory (default: the shipped vectors, {DEFAULT_VECTORS})")
     parser.add_argument("--suite", action="append", choices=SUITES, metavar="SUITE",
                         help="check only this suite (repeatable)")
-    parser.add_argument("--out", type=Path, default=None, metavar="DIR",
+    parser.add_argument("--out", type=output_dir, default=None, metavar="DIR",
                         help="where minimal failing traces are written as vectors (default: a "
                              "fresh temporary folder, printed when something is written)")
     parser.add_argument("--level", action="append", choices=LEVELS, metavar="LEVEL",

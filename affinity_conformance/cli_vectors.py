@@ -3,13 +3,19 @@
 ``verify`` compares a fresh in-memory generation with a directory (default: the vectors
 shipped in the package, which are ``spec/vectors/`` in a checkout). ``generate`` is a
 writer, so it takes an explicit ``--out`` (``--out spec/vectors`` in a checkout).
+
+Exit status: 0 the vectors match (verify) or were written (generate); 1 verify found
+differences; 2 bad input -- a directory option that is missing or a file (an input
+directory is never read as empty), an ``--out`` that cannot be created, or a generation
+failure -- with a one-line message and no traceback.
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
-from pathlib import Path
+
+from affinity_cli.paths import existing_dir, output_dir
 
 from .counterexamples import TraceError
 from .generate import (
@@ -32,18 +38,18 @@ def register(parser: argparse.ArgumentParser) -> None:
     sub = parser.add_subparsers(dest="vectors_command", metavar="ACTION", required=True)
     gen = sub.add_parser("generate", help="rebuild every vector, the manifest included",
                          description="Rebuild every conformance vector deterministically.")
-    gen.add_argument("--out", type=Path, required=True, metavar="DIR",
+    gen.add_argument("--out", type=output_dir, required=True, metavar="DIR",
                      help="output directory, required (in a checkout: spec/vectors); case "
                           "files and the manifest are replaced, README and schema kept")
     ver = sub.add_parser("verify", help="fail if the committed vectors differ from a rebuild",
                          description="Regenerate in memory and compare with a directory.")
-    ver.add_argument("--dir", type=Path, default=DEFAULT_DIR,
+    ver.add_argument("--dir", type=existing_dir, default=DEFAULT_DIR,
                      help=f"vector directory (default: the shipped vectors, {DEFAULT_DIR})")
     for p in (gen, ver):
-        p.add_argument("--counterexamples", type=Path, default=COUNTEREXAMPLE_DIR,
+        p.add_argument("--counterexamples", type=existing_dir, default=COUNTEREXAMPLE_DIR,
                        help="proof counterexample traces (default: the shipped "
                             f"proofs/counterexamples, {COUNTEREXAMPLE_DIR})")
-        p.add_argument("--regressions", type=Path, default=REGRESSION_DIR,
+        p.add_argument("--regressions", type=existing_dir, default=REGRESSION_DIR,
                        help="shrunk failing traces kept as regressions (default: "
                             f"{REGRESSION_DIR})")
     parser.set_defaults(run=run)

@@ -3,6 +3,10 @@
 Every option maps to one field of :class:`~affinity_vllm.options.RouterOptions`, which
 validates it; the error names the option, the value and the accepted range. The server
 modules are imported only when the command runs, so ``affinity --help`` stays fast.
+
+Exit status: 0 after a clean shutdown (SIGTERM/SIGINT), 1 when the router cannot start
+(the address cannot be bound or resolved, or the decision log is unusable or held by
+another router), 2 bad options -- each with a one-line message and no traceback.
 """
 
 from __future__ import annotations
@@ -10,6 +14,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+import socket
 import sys
 
 import attrs
@@ -235,6 +240,10 @@ def run(args: argparse.Namespace) -> int:
 
     try:
         asyncio.run(serve_forever(options, ready))
+    except socket.gaierror as exc:  # its text alone would not say which name failed
+        print(f"affinity serve: cannot listen on --host {options.host!r}: {exc.strerror}",
+              file=sys.stderr)
+        return 1
     except OSError as exc:
         print(f"affinity serve: {exc}", file=sys.stderr)
         return 1

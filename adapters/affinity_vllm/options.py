@@ -48,7 +48,9 @@ def normalise_backend_url(url: str) -> str:
     try:
         port = parts.port
     except ValueError:
-        raise OptionsError(f"backend URL has an invalid port: {url!r}") from None
+        port = 0
+    if port == 0:  # a backend cannot listen on port 0 (that means "any free port")
+        raise OptionsError(f"backend URL has an invalid port (accepted: 1..65535): {url!r}")
     host = parts.hostname if ":" not in parts.hostname else f"[{parts.hostname}]"
     return f"{parts.scheme}://{host}" + (f":{port}" if port is not None else "")
 
@@ -99,8 +101,10 @@ def _in_range(name: str, low: float, high: float, integral: bool = False) -> Any
         if isinstance(value, bool) or not ok_type or not (low <= value <= high) or (
             isinstance(value, float) and math.isnan(value)
         ):
-            kind = "an integer" if integral else "a number"
-            raise OptionsError(f"{name} must be {kind} in [{low:g}, {high:g}], got {value!r}")
+            # Exact bounds: %g would print 2**63 - 1 as 9.22337e+18, which is not the limit.
+            kind, bounds = (("an integer", f"[{int(low)}, {int(high)}]") if integral
+                            else ("a number", f"[{low:g}, {high:g}]"))
+            raise OptionsError(f"{name} must be {kind} in {bounds}, got {value!r}")
 
     return check
 

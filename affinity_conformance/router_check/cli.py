@@ -1,8 +1,8 @@
 """``affinity check-router``: black-box conformance of an HTTP router against the spec.
 
 Exit status: 0 every trace conforms, 1 some trace diverged (each divergence shrunk,
-explained and written as a vector), 2 bad input or the router could not be started, with
-a one-line message and no traceback.
+explained and written as a vector), 2 bad input or the router could not be started (or,
+with ``--url``, nothing answers there), with a one-line message and no traceback.
 """
 
 from __future__ import annotations
@@ -10,11 +10,14 @@ from __future__ import annotations
 import argparse
 import json
 import shlex
+import socket
 import sys
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import attrs
 
+from affinity_cli.paths import output_dir
 from affinity_conformance.cli_check import int_at_least
 
 from .claims import CLAIM_FORMS, ClaimError, parse_claim
@@ -78,7 +81,7 @@ def register(parser: argparse.ArgumentParser) -> None:
                        "or {backend} inside an argument (repeated per backend); also "
                        "{metrics_port}, {python}, {routers}, {margin}, {cache_size}, "
                        "{band_tokens}, {band_cap} (the claimed band's T and CAP, or none)")
-    which.add_argument("--url", metavar="URL",
+    which.add_argument("--url", metavar="URL", type=_url,
                        help="attach to a running router instead (never restarted); its "
                        "backends must be the fleet's --fleet-ports, in pool order")
     parser.add_argument("--fleet-ports", type=_ports, default=(), metavar="P1,P2,...",
@@ -133,7 +136,7 @@ def register(parser: argparse.ArgumentParser) -> None:
                         help="at most N re-runs to shrink one failure (default 40)")
     shrink.add_argument("--max-failures", type=_positive, default=3, metavar="N",
                         help="shrink at most N distinct kinds of failure (default 3)")
-    shrink.add_argument("--out", type=Path, default=None, metavar="DIR",
+    shrink.add_argument("--out", type=output_dir, default=None, metavar="DIR",
                         help="where minimal traces (vector files) and the router log go "
                         "(default: a new temporary directory, printed)")
     shrink.add_argument("--json", action="store_true", help="print the report as JSON")
@@ -159,6 +162,32 @@ def _ports(text: str) -> tuple[int, ...]:
     if bad or len(set(ports)) != len(ports):
         raise argparse.ArgumentTypeError(f"expected distinct ports in [1, 65535], got {text!r}")
     return ports
+
+
+def _url(text: str) -> str:
+    """An http(s) URL with a host and a port in [1, 65535] (checked before any wait)."""
+    try:
+        parts = urlsplit(text)
+        port = parts.port
+    except ValueError:
+        port, parts = -1, urlsplit("")
+    if parts.scheme not in ("http", "https") or not parts.hostname or port == -1 or (
+            port is not None and not 1 <= port <= 65535):
+        raise argparse.ArgumentTypeError(
+            f"expected an http(s) URL like http://127.0.0.1:8080 (port in [1, 65535]), "
+            f"got {text!r}")
+    return text
+
+
+def _reachable(url: str) -> None:
+    """Fail in seconds, not after the 60 s probe wait, when nothing listens at ``url``."""
+    parts = urlsplit(url)
+    port = parts.port or (443 if parts.scheme == "https" else 80)
+    try:
+        socket.create_connection((parts.hostname, port), timeout=5).close()
+    except OSError as exc:
+        raise PresetError(f"--url {url}: cannot connect to {parts.hostname}:{port}: "
+                          f"{exc.strerror or exc}") from None
 
 
 def _percent(text: str) -> int:
@@ -223,7 +252,12 @@ def run(args: argparse.Namespace) -> int:
     try:
         preset = _preset(args)
         claim = parse_claim(args.policy or preset.claim, args.cache_size)
-        extra = tuple(shlex.split(args.router_extra))
+        try:
+            extra = tuple(shlex.split(args.router_extra))
+        except ValueError as exc:
+            raise PresetError(f"--router-extra {args.router_extra!r}: {exc}") from None
+        if args.url is not None:
+            _reachable(args.url)
         if preset.needs_routers_venv and not routers_available(args.routers_venv):
             if not args.install_routers:
                 raise PresetError(f"{preset.name} needs {args.routers_venv} with "

@@ -141,7 +141,10 @@ def expand(template: Sequence[str], *, port: int, metrics_port: int, backends: S
 
 
 def parse_template(text: str) -> tuple[str, ...]:
-    tokens = tuple(shlex.split(text))
+    try:
+        tokens = tuple(shlex.split(text))
+    except ValueError as exc:  # unbalanced quotes: name the option and the value
+        raise PresetError(f"--router-cmd {text!r}: {exc}") from None
     if not tokens:
         raise PresetError("--router-cmd is empty")
     if not any("{port}" in t for t in tokens):

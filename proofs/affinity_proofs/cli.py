@@ -8,7 +8,8 @@ scope through :mod:`.verify` with a ``rich`` progress bar on stderr, prints the 
 (obligation, requirement ids, method, scope, result, time, mutants refuted) and, for every
 failure or surviving mutant, the evidence (a counterexample trace or model). ``--json
 FILE`` writes the full report (:func:`affinity_proofs.report.to_json`). The exit code is
-0 only if every obligation passed, each with at least one refuted mutant.
+0 only if every obligation passed, each with at least one refuted mutant, 1 otherwise,
+and 2 for bad options -- output paths included, checked before any proof runs.
 """
 
 from __future__ import annotations
@@ -17,13 +18,14 @@ import argparse
 import json
 import platform
 from importlib import metadata
-from pathlib import Path
 from typing import Any
 
 from rich.console import Console
 from rich.markup import escape
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
+
+from affinity_cli.paths import output_dir, output_file
 
 from .mutants import MUTANTS
 from .report import OBLIGATIONS, Row, obligation_passed, to_json
@@ -36,11 +38,11 @@ __all__ = ["register", "run"]
 def register(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--scope", choices=sorted(SCOPES), default="default",
                         help="bounds of every method (default: %(default)s, <= 60 s)")
-    parser.add_argument("--json", dest="json_path", metavar="FILE", type=Path,
+    parser.add_argument("--json", dest="json_path", metavar="FILE", type=output_file,
                         help="write the full report as JSON")
     parser.add_argument("--workers", type=_workers, default=2,
                         help="worker processes, 1..64 (default: %(default)s)")
-    parser.add_argument("--write-counterexamples", type=Path, metavar="DIR",
+    parser.add_argument("--write-counterexamples", type=output_dir, metavar="DIR",
                         help="also write the regenerated Z3 witnesses to DIR (in a checkout: "
                              "proofs/counterexamples); the check compares with the shipped ones")
     parser.add_argument("--fail-fast", action="store_true",

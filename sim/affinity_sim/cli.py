@@ -6,21 +6,28 @@ The command resolves ``--preset`` (a built-in name or a TOML/YAML file) into a
 :class:`~affinity_sim.sweep.Sweep`, applies the overrides (seeds, policies, workloads),
 runs it with :func:`~affinity_sim.sweep.run_sweep` behind a progress bar, summarizes with
 :func:`~affinity_sim.stats.summarize` and renders with :mod:`affinity_sim.report`.
-Bad input (unknown preset, policy or workload, malformed file) exits with status 2 and
-a message naming the value and what is accepted.
+Bad input (unknown preset, policy or workload, malformed file, an output path that
+cannot be written, a malformed Ray address) exits with status 2 and a message naming the
+value and what is accepted -- before the sweep runs, so nothing is lost to a bad path.
+Exit status 0: the sweep ran (and was saved unless ``--no-save``).
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import socket
 import sys
 import time
+from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import attrs
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from affinity_cli.paths import file_problem
 
 from .presets import PRESETS, load_sweep, preset
 from .report import render_tables, run_record, write_json, write_png
@@ -31,8 +38,34 @@ from .sweep import Sweep, run_sweep
 __all__ = ["register", "run"]
 
 
+FIGURE_SUFFIXES = (".png", ".svg", ".pdf")  # what write_png's matplotlib call can write
+
+
 def _csv(text: str) -> list[str]:
-    return [item.strip() for item in text.split(",") if item.strip()]
+    items = [item.strip() for item in text.split(",") if item.strip()]
+    if not items:
+        raise argparse.ArgumentTypeError(f"expected comma-separated names, got {text!r}")
+    return items
+
+
+def _address_problem(address: str) -> str | None:
+    """Why ``address`` is not a Ray address (``auto``, ``HOST:PORT``, ``ray://HOST:PORT``)."""
+    if address == "auto":
+        return None
+    try:
+        parts = urlsplit(address if "://" in address else f"ray://{address}")
+        port = parts.port
+    except ValueError:
+        port, parts = None, urlsplit("")
+    if not (parts.scheme in ("ray", "http", "https") and parts.hostname and port):
+        return (f"--address {address!r} is not a Ray address; accepted: auto, HOST:PORT or "
+                "ray://HOST:PORT with a port in [1, 65535]")
+    try:  # Ray itself retries a dead address for minutes before it gives up
+        socket.create_connection((parts.hostname, port), timeout=5).close()
+    except OSError as exc:
+        return f"--address {address!r}: cannot connect to {parts.hostname}:{port}: " \
+               f"{exc.strerror or exc}"
+    return None
 
 
 def register(parser: argparse.ArgumentParser) -> None:
@@ -111,10 +144,22 @@ def run(args: argparse.Namespace) -> int:
     if args.address is not None and args.no_ray:
         return _fail(f"--address {args.address!r} joins a Ray cluster; it cannot go with "
                      "--no-ray")
+    if args.address is not None and _address_problem(args.address):
+        return _fail(str(_address_problem(args.address)))
     try:
         sweep = _resolve(args)
     except ValueError as exc:
         return _fail(str(exc))
+    json_path = args.json or f"affinity-sim-{sweep.name}.json"
+    png_path = args.png or f"affinity-sim-{sweep.name}.png"
+    if not args.no_save:  # checked now, not after the sweep has run for minutes
+        if Path(png_path).suffix not in FIGURE_SUFFIXES:
+            return _fail(f"--png {png_path!r}: the figure's file name must end in "
+                         f"{', '.join(FIGURE_SUFFIXES)}")
+        for option, path in (("--json", json_path), ("--png", png_path)):
+            why = file_problem(Path(path))
+            if why is not None:
+                return _fail(f"{option}: {why}")
     workers = args.workers or os.cpu_count() or 1
     simulations = len(sweep.workloads) * len(sweep.policies) * sweep.seeds
     out.print(f"[bold]{sweep.name}[/]: {len(sweep.workloads)} workloads x "
@@ -141,8 +186,6 @@ def run(args: argparse.Namespace) -> int:
               f"({elapsed * min(workers, len(sweep.workloads) * sweep.seeds) / simulations:.2f}"
               f" worker-s per step)")
     if not args.no_save:
-        json_path = args.json or f"affinity-sim-{sweep.name}.json"
-        png_path = args.png or f"affinity-sim-{sweep.name}.png"
         meta = {"backend": backend, "elapsed_s": round(elapsed, 2), "workers": workers}
         write_json(json_path, run_record(sweep, summaries, results, meta))
         write_png(png_path, sweep, summaries)

@@ -233,8 +233,12 @@ def load_sweep(path: str | Path) -> Sweep:
     """Read a TOML or YAML workload file into a :class:`Sweep`."""
     path = Path(path)
     if not path.is_file():
-        raise PresetError(f"workload file {str(path)!r} does not exist")
-    text = path.read_text(encoding="utf-8")
+        what = "is a directory" if path.is_dir() else "does not exist"
+        raise PresetError(f"workload file {str(path)!r} {what}")
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise PresetError(f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
     if path.suffix == ".toml":
         import tomllib  # Python >= 3.11
 
@@ -247,8 +251,11 @@ def load_sweep(path: str | Path) -> Sweep:
 
         try:
             data = yaml.safe_load(text)
-        except yaml.YAMLError as exc:
-            raise PresetError(f"{path}: invalid YAML: {exc}") from None
+        except yaml.YAMLError as exc:  # one line: the problem and where, not yaml's excerpt
+            mark = getattr(exc, "problem_mark", None)
+            at = f" at line {mark.line + 1} column {mark.column + 1}" if mark else ""
+            raise PresetError(f"{path}: invalid YAML{at}: "
+                              f"{getattr(exc, 'problem', None) or exc}") from None
     else:
         raise PresetError(f"{path}: a workload file must end in .toml, .yaml or .yml")
     if not isinstance(data, Mapping):

@@ -1,0 +1,206 @@
+"""A new user's bad input to every ``affinity`` subcommand: exit status 2 (or the
+documented one) with one line naming the value and what is accepted, no traceback, and
+nothing created or changed -- checked before any long run starts.
+
+Each case below failed before session "newuser": a traceback after the run (``verify
+--json``, ``simulate --json``, ``check --out``, ``check-router --out``, ``vectors generate
+--out``), a wrong status (``vectors verify --dir /missing`` listed 298 "missing" vectors
+and exited 1; ``--counterexamples /missing`` was read as an empty directory), a 60 s wait
+(``check-router --url http://h:70000``), minutes of Ray retries (``simulate --address``
+at a dead port), a silently empty run (``simulate --policies ,``), a message that named
+neither option nor value (unbalanced quotes in ``--router-extra``; ``serve --host`` that
+does not resolve), a wrong bound (``seed must be an integer in [0, 9.22337e+18]``), or a
+``--png`` name the figure was not written to.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from affinity_cli.main import EXIT_STATUS, SUBCOMMANDS, main
+
+
+def run(*args: str) -> tuple[int, str, str]:
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            code = main(list(args))
+        except SystemExit as exc:  # argparse's usage errors and --help
+            code = exc.code if isinstance(exc.code, int) else 1
+    return code, out.getvalue(), err.getvalue()
+
+
+def one_clean_line(code: int, err: str, *needles: str, status: int = 2) -> str:
+    """The last stderr line: the one message (argparse prints the usage above it)."""
+    assert code == status, (code, err)
+    assert "Traceback" not in err
+    line = err.strip().splitlines()[-1]
+    for needle in needles:
+        assert needle in line, (needle, line)
+    return line
+
+
+@pytest.fixture
+def a_file(tmp_path: Path) -> Path:
+    path = tmp_path / "plain.txt"
+    path.write_text("not a directory\n")
+    return path
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+# ------------------------------------------------------------------ exit status documented
+@pytest.mark.parametrize("name", sorted(SUBCOMMANDS))
+def test_every_help_ends_with_its_exit_status(name: str) -> None:
+    code, out, _ = run(name, "--help")
+    assert code == 0
+    tail = " ".join(out.split()[-80:])
+    assert "exit status: 0 " in tail and "; 2 " in tail, tail
+    assert " ".join(EXIT_STATUS[name].split()) in " ".join(out.split())
+
+
+# One bad option per subcommand: the status is the documented usage status, 2.
+USAGE_ERRORS = {
+    "verify": ["--only", "99"],
+    "serve": ["--backend", "http://127.0.0.1:0"],
+    "simulate": ["--preset", "no-such-preset"],
+    "check": ["affinity_verl:AffinityLoadBalancer", "--budget", "-1"],
+    "check-router": ["--preset", "affinity", "--pool-percent", "101"],
+    "replay": ["/no/such/log.ndjson"],
+    "vectors": ["verify", "--dir", "/no/such/dir"],
+}
+
+
+@pytest.mark.parametrize("name", sorted(SUBCOMMANDS))
+def test_the_documented_usage_status_is_the_real_one(name: str) -> None:
+    assert "; 2 bad" in EXIT_STATUS[name] or "; 2 malformed" in EXIT_STATUS[name]
+    code, _, err = run(name, *USAGE_ERRORS[name])
+    one_clean_line(code, err)
+
+
+def test_no_subcommand_prints_help_and_exits_2() -> None:
+    code, out, _ = run()
+    assert code == 2 and "exit status: 2 for a usage error" in " ".join(out.split())
+
+
+# ------------------------------------------------------------ output paths, before any work
+def test_verify_output_paths_fail_before_any_proof(tmp_path: Path, a_file: Path) -> None:
+    for args, needle in (
+            (["--json", str(tmp_path)], "is a directory; expected a file name"),
+            (["--json", str(tmp_path / "no" / "r.json")], "does not exist"),
+            (["--json", str(a_file / "r.json")], "is a file"),
+            (["--json", ""], "expected a path, got an empty string"),
+            (["--write-counterexamples", str(a_file)], "exists and is not a directory"),
+            (["--write-counterexamples", str(a_file / "cx")], "is a file")):
+        code, out, err = run("verify", *args)
+        one_clean_line(code, err, f"argument {args[0]}", needle)
+        assert out == ""  # no table: nothing ran
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["plain.txt"]  # nothing created
+
+
+def test_check_and_check_router_out_must_be_a_directory(a_file: Path) -> None:
+    code, _, err = run("check", "affinity_verl:AffinityLoadBalancer", "--out", str(a_file))
+    one_clean_line(code, err, "argument --out", "exists and is not a directory")
+    code, _, err = run("check-router", "--preset", "affinity", "--out", str(a_file / "x"))
+    one_clean_line(code, err, "argument --out", "is a file")
+
+
+def test_vectors_directories_are_checked(tmp_path: Path, a_file: Path) -> None:
+    for args, needle in (
+            (["verify", "--dir", str(tmp_path / "missing")], "no such directory"),
+            (["verify", "--dir", str(a_file)], "is a file; expected a directory"),
+            (["verify", "--counterexamples", str(tmp_path / "missing")], "no such directory"),
+            (["generate", "--out", "v", "--regressions", str(a_file)], "is a file"),
+            (["generate", "--out", str(a_file)], "exists and is not a directory")):
+        code, _, err = run("vectors", *args)
+        one_clean_line(code, err, needle)
+    assert not Path("v").exists()
+
+
+# ---------------------------------------------------------------------------- simulate
+def test_simulate_checks_outputs_and_names_before_the_sweep(tmp_path: Path,
+                                                            a_file: Path) -> None:
+    base = ["simulate", "--preset", "smoke", "--no-progress", "--workers", "1"]
+    for args, needle in (
+            (["--json", str(a_file / "r.json")], "--json: "),
+            (["--json", str(tmp_path)], "is a directory"),
+            (["--png", str(tmp_path / "figure")], "must end in .png, .svg, .pdf"),
+            (["--png", str(tmp_path / "figure.txt")], "must end in .png"),
+            (["--address", "not-an-address"], "is not a Ray address; accepted: auto"),
+            (["--address", "127.0.0.1:70000"], "port in [1, 65535]"),
+            (["--address", f"127.0.0.1:{_free_port()}"], "cannot connect to 127.0.0.1:"),
+            (["--policies", ","], "expected comma-separated names, got ','"),
+            (["--workloads", " , "], "expected comma-separated names")):
+        code, out, err = run(*base, *args)
+        one_clean_line(code, err, needle)
+        assert "simulated steps" not in out  # refused before the sweep
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["plain.txt"]
+
+
+def test_simulate_workload_file_errors_are_one_line(tmp_path: Path) -> None:
+    bad_yaml = tmp_path / "bad.yaml"
+    bad_yaml.write_text("a: [\n")
+    binary = tmp_path / "bin.toml"
+    binary.write_bytes(b"\xff\xfe")
+    folder = tmp_path / "dir.toml"
+    folder.mkdir()
+    for path, needle in ((bad_yaml, "invalid YAML at line 2 column 1: expected the node"),
+                         (binary, "not UTF-8 text (invalid start byte at byte 0)"),
+                         (folder, "is a directory")):
+        code, _, err = run("simulate", "--preset", str(path), "--no-save")
+        assert len(err.strip().splitlines()) == 1, err
+        one_clean_line(code, err, needle)
+
+
+# ------------------------------------------------------------------------- check-router
+def test_check_router_url_is_checked_at_once(tmp_path: Path) -> None:
+    base = ["check-router", "--fleet-ports", "18001,18002,18003", "--policy", "legacy",
+            "--out", str(tmp_path)]
+    for url in ("not-a-url", "ftp://h:1", "http://127.0.0.1:70000", "http://127.0.0.1:0"):
+        code, _, err = run(*base, "--url", url)
+        one_clean_line(code, err, "argument --url", "port in [1, 65535]", repr(url))
+    refused = f"http://127.0.0.1:{_free_port()}"
+    code, _, err = run(*base, "--url", refused)  # seconds, not the 60 s probe wait
+    one_clean_line(code, err, f"--url {refused}: cannot connect to")
+
+
+def test_unbalanced_quotes_name_the_option() -> None:
+    code, _, err = run("check-router", "--preset", "affinity", "--router-extra='--margin 1")
+    one_clean_line(code, err, "--router-extra", "No closing quotation")
+    code, _, err = run("check-router", "--router-cmd", "r \"{port} {backends}",
+                       "--policy", "legacy")
+    one_clean_line(code, err, "--router-cmd", "No closing quotation")
+
+
+# -------------------------------------------------------------------------------- serve
+@pytest.mark.parametrize(("args", "needle"), [
+    (["--backend", "http://127.0.0.1:0"], "invalid port (accepted: 1..65535)"),
+    (["--backend", "http://h:1", "--seed", "-1"],
+     "seed must be an integer in [0, 9223372036854775807], got -1"),
+    (["--backend", "http://h:1", "--cache-size", "0"],
+     "cache_size must be an integer in [1, 1000000000], got 0"),
+])
+def test_serve_bounds_are_exact(args: list[str], needle: str) -> None:
+    code, _, err = run("serve", *args)
+    one_clean_line(code, err, needle)
+
+
+def test_serve_unresolvable_host_names_the_host() -> None:
+    proc = subprocess.run(
+        [sys.executable, "-m", "affinity_cli.main", "serve", "--backend", "http://127.0.0.1:1",
+         "--host", "no-such-host.invalid", "--port", "0"],
+        capture_output=True, text=True, timeout=60, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    one_clean_line(proc.returncode, proc.stderr,
+                   "cannot listen on --host 'no-such-host.invalid'", status=1)
