@@ -12,6 +12,7 @@ import json
 import shlex
 import socket
 import sys
+import time
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -34,7 +35,7 @@ from .presets import (
 from .runner import CheckOptions, RouterReport, run_sync
 from .trace import TraceShape
 
-__all__ = ["register", "render", "run"]
+__all__ = ["URL_PATIENCE", "register", "render", "run"]
 
 EPILOG = f"""\
 presets (--preset):
@@ -179,15 +180,29 @@ def _url(text: str) -> str:
     return text
 
 
+URL_PATIENCE = 10.0  # seconds a refused --url is retried (the router may still be binding)
+
+
 def _reachable(url: str) -> None:
-    """Fail in seconds, not after the 60 s probe wait, when nothing listens at ``url``."""
+    """Fail in seconds, not after the 60 s probe wait, when nothing listens at ``url``
+    (a refused connection is retried for :data:`URL_PATIENCE` s: a router started just
+    before this command may not have bound its port yet)."""
     parts = urlsplit(url)
     port = parts.port or (443 if parts.scheme == "https" else 80)
-    try:
-        socket.create_connection((parts.hostname, port), timeout=5).close()
-    except OSError as exc:
-        raise PresetError(f"--url {url}: cannot connect to {parts.hostname}:{port}: "
-                          f"{exc.strerror or exc}") from None
+    deadline = time.monotonic() + URL_PATIENCE
+    while True:
+        try:
+            socket.create_connection((parts.hostname, port), timeout=5).close()
+            return
+        except ConnectionRefusedError as exc:
+            if time.monotonic() >= deadline:
+                why = exc.strerror
+                break
+            time.sleep(0.2)
+        except OSError as exc:
+            why = exc.strerror or str(exc)
+            break
+    raise PresetError(f"--url {url}: cannot connect to {parts.hostname}:{port}: {why}")
 
 
 def _percent(text: str) -> int:

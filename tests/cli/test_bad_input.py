@@ -165,7 +165,9 @@ def test_simulate_workload_file_errors_are_one_line(tmp_path: Path) -> None:
 
 
 # ------------------------------------------------------------------------- check-router
-def test_check_router_url_is_checked_at_once(tmp_path: Path) -> None:
+def test_check_router_url_is_checked_at_once(tmp_path: Path,
+                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("affinity_conformance.router_check.cli.URL_PATIENCE", 0.5)
     base = ["check-router", "--fleet-ports", "18001,18002,18003", "--policy", "legacy",
             "--out", str(tmp_path)]
     for url in ("not-a-url", "ftp://h:1", "http://127.0.0.1:70000", "http://127.0.0.1:0"):
