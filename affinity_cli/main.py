@@ -8,18 +8,24 @@ subcommand, and a broken module cannot take the other commands down with it.
 Every subcommand's ``--help`` ends with its exit status (:data:`EXIT_STATUS`, kept here
 in one table so the statuses read alike; tests/cli checks each against the command).
 Usage errors exit 2 with one line on stderr naming the value and what is accepted.
+
+A subcommand whose optional extra is not installed (:data:`EXTRAS`; the plain wheel has
+none) says so -- which modules are missing and the ``pip install`` line -- in its
+``--help`` and, whatever options follow, when run (exit 2); it used to list no options,
+reject its own options as unrecognized, or (``serve``) die in a traceback.
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib
+import importlib.util
 import os
 import sys
 import textwrap
 from collections.abc import Sequence
 
-__all__ = ["EXIT_STATUS", "SUBCOMMANDS", "build_parser", "main", "version_text"]
+__all__ = ["EXIT_STATUS", "EXTRAS", "SUBCOMMANDS", "build_parser", "main", "version_text"]
 
 # name -> (module, one-line help). The module defines register(subparsers) and run(args).
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
@@ -37,6 +43,24 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "vectors": ("affinity_conformance.cli_vectors",
                 "generate or verify the conformance vectors in spec/vectors/"),
 }
+
+
+# subcommand -> (the extra that provides what it needs, the top-level modules it imports).
+EXTRAS: dict[str, tuple[str, tuple[str, ...]]] = {
+    "verify": ("proofs", ("z3", "crosshair", "rich", "hypothesis")),
+    "serve": ("vllm", ("aiohttp", "httptools")),
+    "simulate": ("sim", ("simpy", "scipy", "matplotlib", "rich", "yaml")),
+    "check-router": ("vllm", ("aiohttp", "httptools")),
+}
+
+
+def _missing(name: str) -> str | None:
+    """Why subcommand ``name`` cannot run here (missing modules and the fix), or None."""
+    extra, modules = EXTRAS.get(name, ("", ()))
+    absent = [m for m in modules if importlib.util.find_spec(m) is None]
+    if not absent:
+        return None
+    return (f"needs {', '.join(absent)}: pip install 'affinity-routing[{extra}]'")
 
 
 # What each exit status means, per subcommand (printed at the end of its --help).
@@ -116,10 +140,15 @@ def build_parser(argv: Sequence[str] = ()) -> argparse.ArgumentParser:
         child = sub.add_parser(name, help=help_text, description=help_text)
         if name != chosen:
             continue
-        try:
-            mod = importlib.import_module(module)
-        except Exception as exc:  # any import failure is reported, never a traceback
-            child.set_defaults(_unavailable=f"{type(exc).__name__}: {exc}")
+        why = _missing(name)
+        if why is None:
+            try:
+                mod = importlib.import_module(module)
+            except Exception as exc:  # any import failure is reported, never a traceback
+                why = f"{type(exc).__name__}: {exc}"
+        if why is not None:
+            child.set_defaults(_unavailable=why)
+            child.epilog = f"unavailable here: {why}"
             continue
         mod.register(child)
         child.epilog = "\n\n".join(e for e in (child.epilog, _exit_epilog(name)) if e)
@@ -133,7 +162,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         # would ignore the mutants. Its workers inherit the choice.
         os.environ["AFFINITY_BUILD"] = "pure"
     parser = build_parser(args_list)
-    args = parser.parse_args(args_list)
+    # Known args first: an unavailable subcommand registered no options, so its own
+    # options would otherwise be "unrecognized" instead of explained.
+    args, unknown = parser.parse_known_args(args_list)
+    if unknown and not getattr(args, "_unavailable", None):
+        args = parser.parse_args(args_list)  # the usual error for a real typo
     if args.command is None:
         parser.print_help()
         return 2
