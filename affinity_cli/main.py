@@ -88,8 +88,9 @@ EXIT_STATUS: dict[str, str] = {
 
 
 def _exit_epilog(name: str) -> str:
-    text = (f"exit status: {EXIT_STATUS[name]}. Errors are one line on stderr, never a "
-            "traceback.")
+    interrupted = "" if name == "serve" else "; 130 interrupted (Ctrl-C)"
+    text = (f"exit status: {EXIT_STATUS[name]}{interrupted}. Errors are one line on stderr, "
+            "never a traceback.")
     return textwrap.fill(text, width=88)  # pre-wrapped: some commands print raw epilogs
 
 
@@ -173,7 +174,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     if getattr(args, "_unavailable", None):
         print(f"affinity {args.command}: unavailable: {args._unavailable}", file=sys.stderr)
         return 2
-    code: int = args.run(args)
+    try:
+        code: int = args.run(args)
+    except KeyboardInterrupt:  # Ctrl-C: one line, not a traceback (serve handles SIGINT)
+        print(f"affinity {args.command}: interrupted", file=sys.stderr)
+        return 130
     return code
 
 

@@ -25,9 +25,14 @@ from .impl_loader import CONVENTIONS, ImplError
 from .levels import LEVELS, STRICT_CONFIG, level_words
 from .vector_format import SUITES, VectorError
 
-__all__ = ["FAILURES_SHOWN", "int_at_least", "register", "render"]
+__all__ = ["FAILURES_SHOWN", "MAX_BUDGET", "MAX_LENGTH", "int_at_least", "int_in", "register",
+           "render"]
 
 FAILURES_SHOWN = 3  # per suite in the text report
+# Upper bounds: traces and the trace plan are built in memory, so a huge value would
+# exhaust memory before the first event instead of failing with a message.
+MAX_BUDGET = 100_000
+MAX_LENGTH = 100_000
 
 _TIE_HELP = ("first: ties must go to the first least-loaded server in pool order (exact, "
              "step for step); any: the implementation breaks ties its own way (e.g. verl "
@@ -40,12 +45,14 @@ def register(parser: argparse.ArgumentParser) -> None:
                         help="module:Class or module:factory (or path/to/file.py:Class) with "
                              "verl's balancer API")
     parser.add_argument("--tie-break", choices=("first", "any"), default="any", help=_TIE_HELP)
-    parser.add_argument("--budget", type=_non_negative, default=200, metavar="N",
-                        help="generated random traces after the vectors (default 200)")
+    parser.add_argument("--budget", type=int_in(0, MAX_BUDGET), default=200, metavar="N",
+                        help=f"generated random traces after the vectors, 0..{MAX_BUDGET} "
+                             "(default 200)")
     parser.add_argument("--seed", type=int, default=1,
                         help="seed of the first generated trace (default 1; printed)")
-    parser.add_argument("--length", type=_positive, default=TRACE_LENGTH, metavar="N",
-                        help=f"events per generated trace (default {TRACE_LENGTH})")
+    parser.add_argument("--length", type=int_in(1, MAX_LENGTH), default=TRACE_LENGTH,
+                        metavar="N", help=f"events per generated trace, 1..{MAX_LENGTH} "
+                                          f"(default {TRACE_LENGTH})")
     parser.add_argument("--ctor", choices=CONVENTIONS, default="auto",
                         help="constructor convention: verl (servers=, max_cache_size=, "
                              "full_determinism=), pr7435 (+ affinity_break_margin=), kwargs "
@@ -84,8 +91,18 @@ def int_at_least(lowest: int) -> Callable[[str], int]:
     return parse
 
 
-_non_negative = int_at_least(0)
-_positive = int_at_least(1)
+def int_in(lowest: int, highest: int) -> Callable[[str], int]:
+    """An argparse type for integers in [lowest, highest], named in the error."""
+    at_least = int_at_least(lowest)
+
+    def parse(text: str) -> int:
+        value = at_least(text)
+        if value > highest:
+            raise argparse.ArgumentTypeError(
+                f"expected an integer in [{lowest}, {highest}], got {value}")
+        return value
+
+    return parse
 
 
 def run(args: argparse.Namespace) -> int:

@@ -19,7 +19,7 @@ from urllib.parse import urlsplit
 import attrs
 
 from affinity_cli.paths import output_dir
-from affinity_conformance.cli_check import int_at_least
+from affinity_conformance.cli_check import int_at_least, int_in
 
 from .claims import CLAIM_FORMS, ClaimError, parse_claim
 from .presets import (
@@ -35,7 +35,10 @@ from .presets import (
 from .runner import CheckOptions, RouterReport, run_sync
 from .trace import TraceShape
 
-__all__ = ["URL_PATIENCE", "register", "render", "run"]
+__all__ = ["MAX_BACKENDS", "URL_PATIENCE", "register", "render", "run"]
+
+MAX_BACKENDS = 64  # the recording fleet's limit (RecordingFleet)
+URL_PATIENCE = 10.0  # seconds a refused --url is retried (the router may still be binding)
 
 EPILOG = f"""\
 presets (--preset):
@@ -103,15 +106,15 @@ def register(parser: argparse.ArgumentParser) -> None:
                         help="claimed sticky-map capacity (default 10000, verl's); the "
                         "affinity preset passes it to affinity serve as --cache-size")
     traces = parser.add_argument_group("traces")
-    traces.add_argument("--budget", type=_positive, default=5, metavar="N",
-                        help="seeded traces to run (default 5)")
+    traces.add_argument("--budget", type=int_in(1, 10_000), default=5, metavar="N",
+                        help="seeded traces to run, 1..10000 (default 5)")
     traces.add_argument("--seed", type=int, default=1, help="seed of the first trace (default 1)")
-    traces.add_argument("--length", type=_positive, default=24, metavar="N",
-                        help="ops per trace (default 24)")
-    traces.add_argument("--backends", type=_positive, default=3, metavar="N",
-                        help="stub backends in the fleet (default 3)")
-    traces.add_argument("--sessions", type=_positive, default=4, metavar="N",
-                        help="distinct session keys per trace (default 4)")
+    traces.add_argument("--length", type=int_in(1, 10_000), default=24, metavar="N",
+                        help="ops per trace, 1..10000 (default 24)")
+    traces.add_argument("--backends", type=int_in(1, MAX_BACKENDS), default=3, metavar="N",
+                        help=f"stub backends in the fleet, 1..{MAX_BACKENDS} (default 3)")
+    traces.add_argument("--sessions", type=int_in(1, 10_000), default=4, metavar="N",
+                        help="distinct session keys per trace, 1..10000 (default 4)")
     traces.add_argument("--context-step", type=_non_negative, default=None, metavar="T",
                         help="send each acquire's prompt as c token ids, c in [0, 6T) around "
                         "multiples of T, and give c to the core as context_tokens (default: "
@@ -160,8 +163,9 @@ def _ports(text: str) -> tuple[int, ...]:
         raise argparse.ArgumentTypeError(f"expected ports like 18001,18002, got {text!r}") \
             from None
     bad = [p for p in ports if not 1 <= p <= 65535]
-    if bad or len(set(ports)) != len(ports):
-        raise argparse.ArgumentTypeError(f"expected distinct ports in [1, 65535], got {text!r}")
+    if bad or len(set(ports)) != len(ports) or len(ports) > MAX_BACKENDS:
+        raise argparse.ArgumentTypeError(f"expected 1..{MAX_BACKENDS} distinct ports in "
+                                         f"[1, 65535], got {text!r}")
     return ports
 
 
@@ -178,9 +182,6 @@ def _url(text: str) -> str:
             f"expected an http(s) URL like http://127.0.0.1:8080 (port in [1, 65535]), "
             f"got {text!r}")
     return text
-
-
-URL_PATIENCE = 10.0  # seconds a refused --url is retried (the router may still be binding)
 
 
 def _reachable(url: str) -> None:

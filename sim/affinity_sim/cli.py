@@ -39,6 +39,8 @@ __all__ = ["register", "run"]
 
 
 FIGURE_SUFFIXES = (".png", ".svg", ".pdf")  # what write_png's matplotlib call can write
+MAX_WORKERS = 1024
+MAX_SEEDS = 100_000
 
 
 def _csv(text: str) -> list[str]:
@@ -82,8 +84,8 @@ def register(parser: argparse.ArgumentParser) -> None:
              "from the model, predicted; pr7435-scale-ablation: one modelled feature "
              "removed at a time)")
     parser.add_argument("--seeds", type=int, default=None, metavar="N",
-                        help="seeds per workload (paired; default: the preset's: 30 for pr7435, "
-                             "10 for pr7435-scale, 3 for its ablation)")
+                        help="seeds per workload, 1..100000 (paired; default: the preset's: "
+                             "30 for pr7435, 10 for pr7435-scale, 3 for its ablation)")
     parser.add_argument("--first-seed", type=int, default=None, metavar="N",
                         help="first seed (default: the preset's, 0)")
     parser.add_argument(
@@ -95,7 +97,7 @@ def register(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--workloads", type=_csv, default=None, metavar="W1,W2,...",
                         help="run only these workloads of the preset")
     parser.add_argument("--workers", type=int, default=None, metavar="N",
-                        help="parallel workers (default: CPU count; 1 runs in-process)")
+                        help="parallel workers, 1..1024 (default: CPU count; 1 runs in-process)")
     parser.add_argument("--address", default=None, metavar="ADDR",
                         help="Ray cluster address to join (default: a local Ray cluster)")
     parser.add_argument("--no-ray", action="store_true",
@@ -141,6 +143,12 @@ def run(args: argparse.Namespace) -> int:
     err = Console(stderr=True)
     if args.workers is not None and args.workers < 1:
         return _fail(f"--workers must be >= 1, got {args.workers}")
+    # Upper bounds: a huge value would start that many local Ray workers or build that
+    # many tasks in memory before the first step runs; past these, split the sweep.
+    if args.workers is not None and args.workers > MAX_WORKERS:
+        return _fail(f"--workers must be in [1, {MAX_WORKERS}], got {args.workers}")
+    if args.seeds is not None and args.seeds > MAX_SEEDS:
+        return _fail(f"--seeds must be in [1, {MAX_SEEDS}], got {args.seeds}")
     if args.address is not None and args.no_ray:
         return _fail(f"--address {args.address!r} joins a Ray cluster; it cannot go with "
                      "--no-ray")

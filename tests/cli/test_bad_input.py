@@ -9,8 +9,10 @@ and exited 1; ``--counterexamples /missing`` was read as an empty directory), a 
 (``check-router --url http://h:70000``), minutes of Ray retries (``simulate --address``
 at a dead port), a silently empty run (``simulate --policies ,``), a message that named
 neither option nor value (unbalanced quotes in ``--router-extra``; ``serve --host`` that
-does not resolve), a wrong bound (``seed must be an integer in [0, 9.22337e+18]``), or a
-``--png`` name the figure was not written to.
+does not resolve), a wrong bound (``seed must be an integer in [0, 9.22337e+18]``), a
+``--png`` name the figure was not written to, a huge count that would exhaust memory or
+start thousands of processes before failing (``check-router --backends 3000`` ended in a
+FleetError traceback), or a Ctrl-C traceback.
 """
 
 from __future__ import annotations
@@ -142,6 +144,8 @@ def test_simulate_checks_outputs_and_names_before_the_sweep(tmp_path: Path,
             (["--address", "127.0.0.1:70000"], "port in [1, 65535]"),
             (["--address", f"127.0.0.1:{_free_port()}"], "cannot connect to 127.0.0.1:"),
             (["--policies", ","], "expected comma-separated names, got ','"),
+            (["--workers", "100000"], "--workers must be in [1, 1024], got 100000"),
+            (["--seeds", "1000000000"], "--seeds must be in [1, 100000], got 1000000000"),
             (["--workloads", " , "], "expected comma-separated names")):
         code, out, err = run(*base, *args)
         one_clean_line(code, err, needle)
@@ -206,3 +210,33 @@ def test_serve_unresolvable_host_names_the_host() -> None:
         capture_output=True, text=True, timeout=60, env={**os.environ, "PYTHONUNBUFFERED": "1"})
     one_clean_line(proc.returncode, proc.stderr,
                    "cannot listen on --host 'no-such-host.invalid'", status=1)
+
+
+# ------------------------------------------------------------------ huge values, Ctrl-C
+@pytest.mark.parametrize(("argv", "needle"), [
+    (["check", "affinity_verl:AffinityLoadBalancer", "--budget", "100001"],
+     "expected an integer in [0, 100000], got 100001"),
+    (["check", "affinity_verl:AffinityLoadBalancer", "--length", "1000000000"],
+     "expected an integer in [1, 100000], got 1000000000"),
+    (["check-router", "--preset", "affinity", "--backends", "3000"],
+     "argument --backends: expected an integer in [1, 64], got 3000"),
+    (["check-router", "--url", "http://127.0.0.1:1", "--policy", "legacy", "--fleet-ports",
+      ",".join(str(20000 + i) for i in range(65))], "expected 1..64 distinct ports"),
+    (["check-router", "--preset", "affinity", "--length", "10001"],
+     "argument --length: expected an integer in [1, 10000], got 10001"),
+])
+def test_huge_counts_are_refused_with_the_range(argv: list[str], needle: str) -> None:
+    code, _, err = run(*argv)
+    one_clean_line(code, err, needle)
+
+
+def test_ctrl_c_is_one_line_and_status_130(monkeypatch: pytest.MonkeyPatch) -> None:
+    import affinity_conformance.cli_replay as replay
+
+    def interrupted(_args: object) -> int:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(replay, "run", interrupted)
+    code, _, err = run("replay", "any.ndjson")
+    one_clean_line(code, err, "affinity replay: interrupted", status=130)
+    assert "130 interrupted (Ctrl-C)" in " ".join(run("replay", "--help")[1].split())
