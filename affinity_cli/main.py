@@ -74,8 +74,8 @@ EXIT_STATUS: dict[str, str] = {
     "simulate": "0 the sweep ran (and was saved unless --no-save); 2 bad input (preset, "
                 "workload file, policy, workload, output path, a Ray address that is "
                 "malformed or does not answer, --address without Ray)",
-    "check": "0 every claimed level passes; 1 a claimed level fails or is unsupported; 2 "
-             "bad input (IMPL, vectors, options)",
+    "check": "0 every claimed level passes; 1 a claimed level fails or is unsupported, or "
+             "IMPL calls sys.exit while checked; 2 bad input (IMPL, vectors, options)",
     "check-router": "0 every trace conforms; 1 some trace diverged; 2 bad input, the router "
                     "could not be started, or nothing answers at --url",
     "replay": "0 every record matches the spec; 1 a record diverges; 2 malformed input (a "

@@ -5,8 +5,9 @@ strict-config; :mod:`affinity_conformance.levels`), then the per-suite detail an
 failure's shrunk diagnosis.
 
 Exit status: 0 every claimed level passes (``--level``, by default core and the supported
-feature levels), 1 a claimed level fails or is unsupported, 2 bad input (IMPL, vectors or
-options), with a one-line message and no traceback.
+feature levels), 1 a claimed level fails or is unsupported (or the implementation calls
+``sys.exit`` while checked), 2 bad input (IMPL, vectors or options), with a one-line
+message and no traceback.
 """
 
 from __future__ import annotations
@@ -116,6 +117,12 @@ def run(args: argparse.Namespace) -> int:
     except (ImplError, VectorError) as exc:
         print(f"affinity check: {exc}", file=sys.stderr)
         return 2
+    except SystemExit as exc:
+        # The implementation tried to end the process (a sys.exit(0) would read as a
+        # pass to CI): that is the implementation failing, not a verdict.
+        print(f"affinity check: IMPL {args.impl!r} called sys.exit({exc.code!r}) while "
+              "being checked; a balancer must not exit the process", file=sys.stderr)
+        return 1
     finally:
         if fresh and out.is_dir() and not any(out.iterdir()):
             out.rmdir()  # nothing failed: leave no empty temporary folder behind

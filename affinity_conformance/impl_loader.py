@@ -95,6 +95,9 @@ def _import_target(spec: str) -> tuple[Any, str]:
     except SyntaxError as exc:
         raise ImplError(f"IMPL {spec!r}: syntax error in {exc.filename}:{exc.lineno}: "
                         f"{exc.msg}") from None
+    except SystemExit as exc:  # else `affinity check` would exit with the module's status
+        raise ImplError(f"IMPL {spec!r}: importing {module_part!r} called "
+                        f"sys.exit({exc.code!r})") from None
     except Exception as exc:
         raise ImplError(f"IMPL {spec!r}: importing {module_part!r} failed: "
                         f"{type(exc).__name__}: {exc}") from None

@@ -29,6 +29,8 @@ import pytest
 
 from affinity_cli.main import EXIT_STATUS, SUBCOMMANDS, main
 
+ROOT = Path(__file__).resolve().parents[2]
+
 
 def run(*args: str) -> tuple[int, str, str]:
     out, err = io.StringIO(), io.StringIO()
@@ -240,3 +242,20 @@ def test_ctrl_c_is_one_line_and_status_130(monkeypatch: pytest.MonkeyPatch) -> N
     code, _, err = run("replay", "any.ndjson")
     one_clean_line(code, err, "affinity replay: interrupted", status=130)
     assert "130 interrupted (Ctrl-C)" in " ".join(run("replay", "--help")[1].split())
+
+
+def test_an_impl_that_exits_is_never_a_pass(tmp_path: Path) -> None:
+    """A module or balancer calling sys.exit(0) made ``affinity check`` exit 0, silently."""
+    at_import = tmp_path / "exits_at_import.py"
+    at_import.write_text("import sys\nsys.exit(0)\n")
+    code, _, err = run("check", f"{at_import}:Balancer", "--budget", "0")
+    one_clean_line(code, err, "called sys.exit(0)")
+    mid_check = tmp_path / "exits_mid_check.py"
+    mid_check.write_text(
+        (ROOT / "tests" / "conformance" / "broken_balancers.py").read_text(encoding="utf-8")
+        + "\n\nclass ExitingBalancer(MiniBalancer):\n"
+          "    def acquire_server(self, *args: Any, **kwargs: Any) -> Any:\n"
+          "        raise SystemExit(0)\n")
+    code, _, err = run("check", f"{mid_check}:ExitingBalancer", "--budget", "0",
+                       "--out", str(tmp_path / "o"))
+    one_clean_line(code, err, "called sys.exit(0) while being checked", status=1)
