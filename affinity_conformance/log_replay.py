@@ -111,11 +111,11 @@ class FileResult:
 def _header(path: str, data: dict[str, Any]) -> tuple[Config, State, int]:
     try:
         config = config_from_json(data.get("config"))
-    except CodecError as exc:
+    except (CodecError, TypeError) as exc:  # TypeError: e.g. a list where a name belongs
         raise LogError(f"{path}:1: header config: {exc}") from None
     try:
         state = state_from_json(config, data.get("state"))
-    except (CodecError, ConfigError) as exc:
+    except (CodecError, ConfigError, TypeError) as exc:
         raise LogError(f"{path}:1: header state: {exc}") from None
     seq = data.get("seq")
     if isinstance(seq, bool) or not isinstance(seq, int) or seq < 0:
@@ -197,10 +197,10 @@ def replay_file(path: str | os.PathLike[str], observer: Observer | None = None, 
         seq = data["seq"]
         try:
             event = event_from_json(data["event"])
-        except CodecError as exc:
+        except (CodecError, TypeError) as exc:  # TypeError: e.g. "op": [] (unhashable)
             raise LogError(f"{name}:{record.line}: event: {exc}") from None
         words = describe_event(event)
-        if seq != expected_seq:
+        if isinstance(seq, bool) or seq != expected_seq:  # true == 1 in Python, not in JSON
             later = _line_of_seq(records, expected_seq)
             if later is not None:
                 why = f"records are out of order (seq {expected_seq} is at line {later})"

@@ -19,11 +19,13 @@ from __future__ import annotations
 
 import contextlib
 import io
+import json
 import os
 import socket
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -259,3 +261,35 @@ def test_an_impl_that_exits_is_never_a_pass(tmp_path: Path) -> None:
     code, _, err = run("check", f"{mid_check}:ExitingBalancer", "--budget", "0",
                        "--out", str(tmp_path / "o"))
     one_clean_line(code, err, "called sys.exit(0) while being checked", status=1)
+
+
+def _decision_log(tmp_path: Path) -> list[dict[str, object]]:
+    from affinity_verl import AffinityLoadBalancer
+
+    path = tmp_path / "decisions.ndjson"
+    lb = AffinityLoadBalancer(servers={"s0": None, "s1": None}, affinity_break_margin=1,
+                              decision_log=str(path))
+    for rid in ("a", "b", "a"):
+        lb.acquire_server(request_id=rid)
+    lb.release_server(server_id="s0")
+    del lb
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+@pytest.mark.parametrize(("field", "value", "status", "needle"), [
+    (("event", "op"), [], 2, "event: "),             # was a TypeError traceback
+    (("event", "op"), {"a": 1}, 2, "event: "),
+    (("seq",), True, 1, "seq True where 1 was due"),  # true == 1 in Python: was accepted
+])
+def test_replay_wrong_json_types(tmp_path: Path, field: tuple[str, ...], value: object,
+                                 status: int, needle: str) -> None:
+    records = _decision_log(tmp_path)
+    target: Any = records[2]  # the second event record (seq 1)
+    for key in field[:-1]:
+        target = target[key]
+    target[field[-1]] = value
+    bad = tmp_path / "bad.ndjson"
+    bad.write_text("".join(json.dumps(r) + "\n" for r in records))
+    code, _, err = run("replay", str(bad))
+    assert code == status and "Traceback" not in err, err
+    assert needle in err, err
