@@ -195,9 +195,13 @@ def replay_file(path: str | os.PathLike[str], observer: Observer | None = None, 
         assert config is not None and state is not None
         data = record.data
         seq = data["seq"]
+        op = data["event"].get("op") if isinstance(data["event"], dict) else None
+        if op is not None and not isinstance(op, str):
+            raise LogError(f"{name}:{record.line}: event op must be an event name, got "
+                           f"{type(op).__name__}")
         try:
             event = event_from_json(data["event"])
-        except (CodecError, TypeError) as exc:  # TypeError: e.g. "op": [] (unhashable)
+        except (CodecError, TypeError) as exc:  # TypeError: an unhashable value looked up
             raise LogError(f"{name}:{record.line}: event: {exc}") from None
         words = describe_event(event)
         if isinstance(seq, bool) or seq != expected_seq:  # true == 1 in Python, not in JSON

@@ -268,11 +268,11 @@ def parse_case(data: Any, path: str = "<vector>") -> Case:
                     (), data, levels)
     try:
         config = config_from_json(raw_config)
-    except CodecError as exc:
+    except (CodecError, TypeError) as exc:  # TypeError: a list or object where a name belongs
         raise at.fail("config", str(exc)) from None
     try:
         state = state_from_json(config, raw_state)
-    except (CodecError, ConfigError) as exc:
+    except (CodecError, ConfigError, TypeError) as exc:
         raise at.fail("initial_state", str(exc)) from None
     steps_raw = _require(data, "steps", list, at, "case")
     steps = tuple(_parse_step(raw, i, at) for i, raw in enumerate(steps_raw))
@@ -310,9 +310,12 @@ def _parse_step(raw: Any, index: int, at: _Where) -> Step:
         if valid or "expect" in raw:
             raise at.fail(where, "a malformed-event step has valid: false and no 'expect'")
         return EventStep(index, raw["event"], None, None, None, False, error)
+    op = raw["event"].get("op") if isinstance(raw["event"], dict) else None
+    if op is not None and not isinstance(op, str):
+        raise at.fail(f"{where}.event.op", f"must be an event name, got {type(op).__name__}")
     try:
         event = event_from_json(raw["event"])
-    except CodecError as exc:
+    except (CodecError, TypeError) as exc:  # TypeError: an unhashable value the codec looks up
         raise at.fail(f"{where}.event", str(exc)) from None
     expect = raw.get("expect")
     if not isinstance(expect, dict) or not isinstance(expect.get("kind"), str):

@@ -21,6 +21,7 @@ import contextlib
 import io
 import json
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -277,8 +278,8 @@ def _decision_log(tmp_path: Path) -> list[dict[str, object]]:
 
 
 @pytest.mark.parametrize(("field", "value", "status", "needle"), [
-    (("event", "op"), [], 2, "event: "),             # was a TypeError traceback
-    (("event", "op"), {"a": 1}, 2, "event: "),
+    (("event", "op"), [], 2, "event op must be an event name, got list"),  # a traceback
+    (("event", "op"), {"a": 1}, 2, "event op must be an event name, got dict"),
     (("seq",), True, 1, "seq True where 1 was due"),  # true == 1 in Python: was accepted
 ])
 def test_replay_wrong_json_types(tmp_path: Path, field: tuple[str, ...], value: object,
@@ -293,3 +294,16 @@ def test_replay_wrong_json_types(tmp_path: Path, field: tuple[str, ...], value: 
     code, _, err = run("replay", str(bad))
     assert code == status and "Traceback" not in err, err
     assert needle in err, err
+
+
+def test_vector_with_a_non_string_op_is_bad_input(tmp_path: Path) -> None:
+    """Was a TypeError traceback from the codec (unhashable op)."""
+    vectors = tmp_path / "v"
+    shutil.copytree(ROOT / "spec" / "vectors", vectors)
+    case = vectors / "legacy" / "acquire_release_acquire_keeps_server.json"
+    data = json.loads(case.read_text())
+    data["steps"][0]["event"]["op"] = ["acquire"]
+    case.write_text(json.dumps(data))
+    code, _, err = run("check", "affinity_verl:AffinityLoadBalancer", "--vectors", str(vectors),
+                       "--suite", "legacy", "--budget", "0")
+    one_clean_line(code, err, "steps[0].event.op: must be an event name, got list")
