@@ -41,6 +41,8 @@ __all__ = ["register", "run"]
 FIGURE_SUFFIXES = (".png", ".svg", ".pdf")  # what write_png's matplotlib call can write
 MAX_WORKERS = 1024
 MAX_SEEDS = 100_000
+MAX_REPLICAS = 65_536
+MAX_TRAJECTORIES = 1_000_000  # prompts x samples in one step (PR #7435's scale is 8,192)
 
 
 def _csv(text: str) -> list[str]:
@@ -158,6 +160,17 @@ def run(args: argparse.Namespace) -> int:
         sweep = _resolve(args)
     except ValueError as exc:
         return _fail(str(exc))
+    # A workload file can ask for any size; these are refused here, not after the plan or
+    # the first step has filled memory.
+    if sweep.seeds > MAX_SEEDS:
+        return _fail(f"seeds must be in [1, {MAX_SEEDS}], got {sweep.seeds}")
+    for w in sweep.workloads:
+        if w.replicas > MAX_REPLICAS:
+            return _fail(f"workload {w.name!r}: replicas must be in [1, {MAX_REPLICAS}], "
+                         f"got {w.replicas}")
+        if w.prompts * w.samples > MAX_TRAJECTORIES:
+            return _fail(f"workload {w.name!r}: prompts x samples must be at most "
+                         f"{MAX_TRAJECTORIES:,}, got {w.prompts} x {w.samples}")
     json_path = args.json or f"affinity-sim-{sweep.name}.json"
     png_path = args.png or f"affinity-sim-{sweep.name}.png"
     if not args.no_save:  # checked now, not after the sweep has run for minutes

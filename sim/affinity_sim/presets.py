@@ -175,6 +175,10 @@ def workload_preset(ref: str) -> Workload:
 
 _WORKLOAD_KEYS = {f.name for f in attrs.fields(Workload)} | {"base"}
 _DIST_KEYS = ("turns", "prompt_tokens", "output_tokens", "tool_tokens", "tool_latency_s")
+# The least value the simulator uses for each (workload.py clamps samples up to it): a
+# constant below it is a mistake in the file, not a sample to clamp silently.
+_FLOORS = {"turns": 1, "prompt_tokens": 1, "output_tokens": 1, "tool_tokens": 0,
+           "tool_latency_s": 0}
 _MODEL_KEYS = {f.name for f in attrs.fields(ReplicaModel)} | {"base"}
 _SWEEP_KEYS = {"name", "description", "seeds", "first_seed", "policies", "workloads", "model"}
 
@@ -206,9 +210,20 @@ def _workload(table: Mapping[str, Any], index: int, model: ReplicaModel) -> Work
         raise PresetError(f"{where}: unknown keys {sorted(unknown)}; "
                           f"accepted: {sorted(_WORKLOAD_KEYS)}")
     fields: dict[str, Any] = {k: v for k, v in table.items() if k not in ("base", "model")}
+    for key in ("name", "description"):
+        if key in fields and not isinstance(fields[key], str):
+            raise PresetError(f"{where}.{key} must be a string, got {fields[key]!r}")
     for key in _DIST_KEYS:
         if key in fields:
-            fields[key] = parse(f"{where}.{key}", fields[key])
+            try:
+                fields[key] = parse(f"{where}.{key}", fields[key])
+            except TypeError:  # e.g. dist = [] (unhashable)
+                raise PresetError(f"{where}.{key}: malformed distribution "
+                                  f"{fields[key]!r}") from None
+            if fields[key].kind == "constant" and (
+                    dict(fields[key].params)["value"] < _FLOORS[key]):
+                raise PresetError(f"{where}.{key} must be >= {_FLOORS[key]}, got "
+                                  f"{dict(fields[key].params)['value']:g}")
     if "base" in table:
         base = workload_preset(str(table["base"]))
         model = base.model
@@ -269,8 +284,11 @@ def load_sweep(path: str | Path) -> Sweep:
     if not isinstance(workloads, list) or not workloads:
         raise PresetError(f"{path}: 'workloads' must be a non-empty list of tables")
     model = _model(data.get("model", {}), "model", QWEN25_32B_TP4_H200)
+    names = data.get("policies", DEFAULT_POLICIES)
+    if not isinstance(names, (list, tuple)):
+        raise PresetError(f"{path}: 'policies' must be a list of policy names, got {names!r}")
     try:
-        policies = parse_policies(data.get("policies", DEFAULT_POLICIES))
+        policies = parse_policies(names)
         return Sweep(
             name=str(data.get("name", path.stem)),
             description=str(data.get("description", "")),

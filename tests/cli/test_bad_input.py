@@ -307,3 +307,47 @@ def test_vector_with_a_non_string_op_is_bad_input(tmp_path: Path) -> None:
     code, _, err = run("check", "affinity_verl:AffinityLoadBalancer", "--vectors", str(vectors),
                        "--suite", "legacy", "--budget", "0")
     one_clean_line(code, err, "steps[0].event.op: must be an event name, got list")
+
+
+WORKLOAD = """name = "t"
+seeds = 1
+policies = ["legacy", "margin-1"]
+[[workloads]]
+name = "w"
+replicas = 4
+prompts = 8
+samples = 4
+max_context = 2048
+turns = {dist = "uniform_int", low = 1, high = 4}
+prompt_tokens = 200
+output_tokens = 300
+tool_tokens = 100
+tool_latency_s = 0.1
+"""
+
+
+@pytest.mark.parametrize(("change", "needle"), [
+    # a constant below what the simulator uses was clamped silently (turns = -1 ran)
+    (("turns = {", "turns = -1\n#"), "workloads[0].turns must be >= 1, got -1"),
+    (("prompt_tokens = 200", "prompt_tokens = -5"), "prompt_tokens must be >= 1, got -5"),
+    (("tool_latency_s = 0.1", "tool_latency_s = -1"), "tool_latency_s must be >= 0, got -1"),
+    # these were TypeError tracebacks
+    (('policies = ["legacy", "margin-1"]', "policies = 5"),
+     "'policies' must be a list of policy names, got 5"),
+    (('name = "w"', "name = [1]"), "workloads[0].name must be a string, got [1]"),
+    (('turns = {dist = "uniform_int", low = 1, high = 4}', "turns = {dist = [1]}"),
+     "workloads[0].turns: malformed distribution"),
+    # sizes that would fill memory before the first step
+    (("seeds = 1", "seeds = 1000000"), "seeds must be in [1, 100000], got 1000000"),
+    (("prompts = 8", "prompts = 1000000"), "prompts x samples must be at most 1,000,000"),
+    (("replicas = 4", "replicas = 100000"), "replicas must be in [1, 65536], got 100000"),
+])
+def test_workload_file_values_are_checked(tmp_path: Path, change: tuple[str, str],
+                                          needle: str) -> None:
+    assert change[0] in WORKLOAD
+    path = tmp_path / "w.toml"
+    path.write_text(WORKLOAD.replace(change[0], change[1], 1))
+    code, out, err = run("simulate", "--preset", str(path), "--no-save", "--workers", "1",
+                         "--no-progress")
+    one_clean_line(code, err, needle)
+    assert "simulated steps" not in out
