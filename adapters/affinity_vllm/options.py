@@ -128,6 +128,12 @@ def _optional_field(_inst: Any, _attr: Any, value: Any) -> None:
         raise OptionsError(f"session_body_field must be a non-empty field name, got {value!r}")
 
 
+def _optional_path(_inst: Any, _attr: Any, value: Any) -> None:
+    # "" used to mean "no log" in silence: the user asked for a log and got none.
+    if value is not None and (not isinstance(value, str) or not value.strip()):
+        raise OptionsError(f"decision_log must be a file path (or omitted), got {value!r}")
+
+
 @attrs.frozen(kw_only=True)
 class RouterOptions:
     """Validated options of ``affinity serve`` (see ``affinity serve --help``)."""
@@ -182,7 +188,7 @@ class RouterOptions:
     scrape_metrics: bool = False
     scrape_interval: float = attrs.field(
         default=1.0, validator=_in_range("scrape_interval", 0.01, 3600))
-    decision_log: str | None = None
+    decision_log: str | None = attrs.field(default=None, validator=_optional_path)
     decision_log_max_bytes: int = attrs.field(
         default=64 << 20, validator=_in_range("decision_log_max_bytes", 4096, 1 << 40, True))
     require_decision_log: bool = False

@@ -202,6 +202,8 @@ def test_unbalanced_quotes_name_the_option() -> None:
      "seed must be an integer in [0, 9223372036854775807], got -1"),
     (["--backend", "http://h:1", "--cache-size", "0"],
      "cache_size must be an integer in [1, 1000000000], got 0"),
+    (["--backend", "http://h:1", "--decision-log="],  # ran with no log at all
+     "decision_log must be a file path (or omitted), got ''"),
 ])
 def test_serve_bounds_are_exact(args: list[str], needle: str) -> None:
     code, _, err = run("serve", *args)
