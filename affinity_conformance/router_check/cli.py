@@ -241,6 +241,9 @@ def _preset(args: argparse.Namespace) -> Preset:
         if not args.fleet_ports:
             raise PresetError("--url needs --fleet-ports (the ports the router's backends are "
                               "on, in pool order)")
+        if args.router_extra:  # nothing is started with --url, so they would be ignored
+            raise PresetError(f"--router-extra {args.router_extra!r} cannot go with --url (the "
+                              "router is already running; pass its options where it starts)")
         if args.preset is None and args.policy is None:
             raise PresetError("--url needs --policy (what the router claims to implement)")
         if args.preset is not None:

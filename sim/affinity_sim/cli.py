@@ -151,6 +151,9 @@ def run(args: argparse.Namespace) -> int:
         return _fail(f"--workers must be in [1, {MAX_WORKERS}], got {args.workers}")
     if args.seeds is not None and args.seeds > MAX_SEEDS:
         return _fail(f"--seeds must be in [1, {MAX_SEEDS}], got {args.seeds}")
+    if args.no_save and (args.json or args.png):
+        return _fail(f"--{'json' if args.json else 'png'} names a file to write; it cannot go "
+                     "with --no-save")
     if args.address is not None and args.no_ray:
         return _fail(f"--address {args.address!r} joins a Ray cluster; it cannot go with "
                      "--no-ray")

@@ -353,3 +353,17 @@ def test_workload_file_values_are_checked(tmp_path: Path, change: tuple[str, str
                          "--no-progress")
     one_clean_line(code, err, needle)
     assert "simulated steps" not in out
+
+
+@pytest.mark.parametrize(("argv", "needle"), [
+    (["simulate", "--preset", "smoke", "--json", "r.json", "--no-save"],
+     "--json names a file to write; it cannot go with --no-save"),
+    (["simulate", "--preset", "smoke", "--png", "f.png", "--no-save"], "--png names a file"),
+    (["check-router", "--url", "http://127.0.0.1:9", "--fleet-ports", "18001",
+      "--policy", "legacy", "--router-extra=--margin 1"],
+     "--router-extra '--margin 1' cannot go with --url"),
+])
+def test_conflicting_options_are_refused(argv: list[str], needle: str) -> None:
+    """Each pair used to be accepted, one option silently ignored."""
+    code, _, err = run(*argv)
+    one_clean_line(code, err, needle)
