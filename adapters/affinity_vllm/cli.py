@@ -234,8 +234,10 @@ def run(args: argparse.Namespace) -> int:
 
     install_uvloop()
 
+    host = f"[{options.host}]" if ":" in options.host else options.host  # IPv6 literal
+
     def ready(port: int) -> None:
-        print(f"affinity serve: listening on http://{options.host}:{port} "
+        print(f"affinity serve: listening on http://{host}:{port} "
               f"({len(options.backends)} backends, margin {options.margin})", flush=True)
 
     try:

@@ -367,3 +367,25 @@ def test_conflicting_options_are_refused(argv: list[str], needle: str) -> None:
     """Each pair used to be accepted, one option silently ignored."""
     code, _, err = run(*argv)
     one_clean_line(code, err, needle)
+
+
+def test_serve_prints_a_usable_url_for_an_ipv6_host() -> None:
+    """It printed http://::1:PORT, which no client can parse."""
+    if not socket.has_ipv6:
+        pytest.skip("no IPv6 on this machine")
+    try:
+        socket.socket(socket.AF_INET6).close()
+    except OSError:
+        pytest.skip("no IPv6 sockets on this machine")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "affinity_cli.main", "serve", "--backend", "http://127.0.0.1:1",
+         "--host", "::1", "--port", "0", "--log-level", "ERROR"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    try:
+        assert proc.stdout is not None
+        line = proc.stdout.readline()
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+    assert line.startswith("affinity serve: listening on http://[::1]:"), line
