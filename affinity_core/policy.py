@@ -33,12 +33,20 @@ draw).
 
 from __future__ import annotations
 
+from typing import Final
+
 from .config import Config, HashMode, TieBreak
 from .events import Acquire
 from .hashing import stable_hash
 from .loads import LoadTable
 
 __all__ = ["deterministic_server", "keep_band", "keep_pin", "least_loaded", "tie_index"]
+
+# The enum members compared on the hot path, read once: in the compiled build a member
+# read on the (uncompiled) enum class is a generic attribute lookup on every call.
+_FIRST: Final = TieBreak.FIRST
+_HASHED: Final = TieBreak.HASHED
+_STABLE: Final = HashMode.STABLE
 
 
 def keep_band(config: Config, context_tokens: int | None) -> int | None:
@@ -81,9 +89,9 @@ def keep_pin(
 def tie_index(config: Config, ties: int, event: Acquire) -> int:
     """Which of the ``ties`` least-loaded servers (pool order) to take."""
     mode = config.tie_break
-    if mode is TieBreak.FIRST:
+    if mode is _FIRST:
         return 0
-    if mode is TieBreak.HASHED and event.request_id is not None:
+    if mode is _HASHED and event.request_id is not None:
         return stable_hash(event.request_id) % ties
     return event.tie_draw % ties
 
@@ -97,7 +105,7 @@ def deterministic_server(
     config: Config, pool: LoadTable, sorted_servers: tuple[str, ...], event: Acquire
 ) -> str:
     """The load-blind placement of ``full_determinism``; the caller checked the inputs."""
-    if config.hash_mode is HashMode.STABLE:
+    if config.hash_mode is _STABLE:
         assert event.request_id is not None
         return sorted_servers[stable_hash(event.request_id) % len(sorted_servers)]
     assert event.request_hash is not None
