@@ -56,7 +56,7 @@ from .outcomes import (
     ReleaseResult,
     StickyCacheCleared,
 )
-from .policy import deterministic_server, keep_pin, least_loaded
+from .policy import deterministic_server, keep_pin, least_loaded, plan_of
 from .state import State
 from .values import Value, register
 
@@ -175,7 +175,8 @@ def _config_rejection(config: Config, event: Acquire) -> Rejected | None:
 
 
 def _acquire(config: Config, state: State, event: Acquire) -> Transition:
-    if config.full_determinism:
+    plan = plan_of(config)  # the options, read once (policy.Plan)
+    if plan.full_determinism:
         rejection = _config_rejection(config, event)
         if rejection is not None:
             return Transition(state, rejection)
@@ -197,7 +198,7 @@ def _acquire(config: Config, state: State, event: Acquire) -> Transition:
     elif len(pool.servers) == 0:
         reject = Rejected(RejectReason.NO_SERVERS, NO_SERVERS_MESSAGE)
         return Transition(_with_lru(state, lru) if lru is not state.lru else state, reject)
-    elif choice is _PLACE and config.full_determinism:
+    elif choice is _PLACE and plan.full_determinism:
         chosen = deterministic_server(config, pool, state.sorted_servers, event)
     else:
         chosen = least_loaded(config, pool, event)
@@ -214,7 +215,7 @@ def _acquire(config: Config, state: State, event: Acquire) -> Transition:
         elif counter == "affinity_broken":
             broken += 1
     leases = state.leases
-    if config.lease_accounting:
+    if plan.lease_accounting:
         leases = leases.grant(rid, chosen)
     new_state = State(
         pool.add_load(chosen, 1), lru, kept, broken, state.sorted_servers, leases,
@@ -260,7 +261,7 @@ def _applied_release(server: str) -> Released:
 
 def _release(config: Config, state: State, event: Release) -> Transition:
     sid = event.server_id
-    if config.lease_accounting:
+    if plan_of(config).lease_accounting:
         leases, verdict = state.leases.settle(event.request_id, sid)
         if verdict == "current":
             return Transition(
