@@ -29,6 +29,11 @@ draw).
 ``deterministic_server`` (R-DET-1..3), under ``full_determinism``, ignores load:
 ``pool[request_hash mod n]`` (``caller``) or ``sorted(pool)[stable_hash(rid) mod n]``
 (``stable``).
+
+The options these functions and the machine read on every event come from
+:func:`plan_of`: a :class:`Plan` copies them from the ``Config`` into typed fields once
+and is kept for the last configuration seen (by identity). It changes no decision, only
+how an option is read (tests/core/test_fast_paths.py checks it field by field).
 """
 
 from __future__ import annotations
