@@ -192,9 +192,15 @@ class LoadTable(Value):
 
     def load(self, server_id: str) -> int:
         """The load of an active server, or 0 for an inactive one (verl's ``get``)."""
-        p = self.position.get(server_id)
         node = self.tree
-        if p is None or node is None:
+        if node is None:
+            return 0
+        # One C-level subscript of the Map: routing asks about active servers, so the
+        # KeyError is the rare case. (``Map.get`` is a generic method call in the
+        # compiled build, about four times the cost.)
+        try:
+            p: int = self.position[server_id]
+        except KeyError:
             return 0
         if not self.depth:  # up to 32 servers: the root is the one leaf
             flat: tuple[int, ...] = node[3]
@@ -206,25 +212,34 @@ class LoadTable(Value):
 
     @property
     def min_load(self) -> int:
-        assert self.tree is not None, "empty pool has no minimum"
-        return int(self.tree[0])
+        tree = self.tree
+        assert tree is not None, "empty pool has no minimum"
+        low: int = tree[0]  # a typed local: an unboxing check, not a call of int()
+        return low
 
     @property
     def max_load(self) -> int:
-        assert self.tree is not None, "empty pool has no maximum"
-        return int(self.tree[2])
+        tree = self.tree
+        assert tree is not None, "empty pool has no maximum"
+        high: int = tree[2]
+        return high
 
     @property
     def tie_count(self) -> int:
         """How many active servers share the minimum load."""
-        assert self.tree is not None, "empty pool has no ties"
-        return int(self.tree[1])
+        tree = self.tree
+        assert tree is not None, "empty pool has no ties"
+        ties: int = tree[1]
+        return ties
 
     def least_loaded(self, k: int) -> str:
         """The k-th (0-based, pool order) server among those at the minimum load."""
         node = self.tree
-        assert node is not None and 0 <= k < node[1], "k outside the tie set"
-        low, base = node[0], 0
+        assert node is not None, "empty pool has no ties"
+        ties: int = node[1]
+        assert 0 <= k < ties, "k outside the tie set"
+        low: int = node[0]
+        base = 0
         for level in range(self.depth, 0, -1):
             # Skip the children at the minimum until the one holding the k-th tie; the
             # scans for the next child at the minimum are C-level tuple.index calls.
@@ -235,10 +250,16 @@ class LoadTable(Value):
                 i = mins.index(low, i + 1)
             node = node[3][i]
             base += i << (_BITS * level)
-        loads = node[3]
-        slot = loads.index(low)
-        for _ in range(k):
-            slot = loads.index(low, slot + 1)
+        # The k-th slot of the leaf at the minimum, in one typed pass: tuple.index would
+        # compare boxed objects through the generic protocol in the compiled build.
+        loads: tuple[int, ...] = node[3]
+        slot = 0
+        for load in loads:
+            if load == low:
+                if k == 0:
+                    break
+                k -= 1
+            slot += 1
         server: str = self.servers[base + slot]
         return server
 

@@ -56,7 +56,7 @@ from .outcomes import (
     ReleaseResult,
     StickyCacheCleared,
 )
-from .policy import deterministic_server, keep_pin, least_loaded
+from .policy import deterministic_server, keep_pin, least_loaded, plan_of
 from .state import State
 from .values import Value, register
 
@@ -128,7 +128,10 @@ class AcquireRule(Value):
 register(Transition, AcquireRule)
 
 
-ACQUIRE_RULES: dict[Lookup, AcquireRule] = {
+# Final: the compiled build keeps the table in a C static instead of looking the name up
+# in the module's globals on every acquire. Final fixes the binding, not the contents:
+# the proofs' mutants still patch its entries.
+ACQUIRE_RULES: Final[dict[Lookup, AcquireRule]] = {
     Lookup.UNKEYED: AcquireRule(Path.UNKEYED, Choice.PLACE, False, None),
     Lookup.MISS: AcquireRule(Path.NEW, Choice.PLACE, True, None),
     Lookup.HIT_KEEP: AcquireRule(Path.KEPT, Choice.STAY, False, "affinity_kept"),
@@ -172,7 +175,8 @@ def _config_rejection(config: Config, event: Acquire) -> Rejected | None:
 
 
 def _acquire(config: Config, state: State, event: Acquire) -> Transition:
-    if config.full_determinism:
+    plan = plan_of(config)  # the options, read once (policy.Plan)
+    if plan.full_determinism:
         rejection = _config_rejection(config, event)
         if rejection is not None:
             return Transition(state, rejection)
@@ -194,7 +198,7 @@ def _acquire(config: Config, state: State, event: Acquire) -> Transition:
     elif len(pool.servers) == 0:
         reject = Rejected(RejectReason.NO_SERVERS, NO_SERVERS_MESSAGE)
         return Transition(_with_lru(state, lru) if lru is not state.lru else state, reject)
-    elif choice is _PLACE and config.full_determinism:
+    elif choice is _PLACE and plan.full_determinism:
         chosen = deterministic_server(config, pool, state.sorted_servers, event)
     else:
         chosen = least_loaded(config, pool, event)
@@ -211,7 +215,7 @@ def _acquire(config: Config, state: State, event: Acquire) -> Transition:
         elif counter == "affinity_broken":
             broken += 1
     leases = state.leases
-    if config.lease_accounting:
+    if plan.lease_accounting:
         leases = leases.grant(rid, chosen)
     new_state = State(
         pool.add_load(chosen, 1), lru, kept, broken, state.sorted_servers, leases,
@@ -228,10 +232,10 @@ def _acquire(config: Config, state: State, event: Acquire) -> Transition:
 # on every event. Each table is emptied when it reaches _SHARED_LIMIT server ids, so it
 # stays small whatever pools a process sees. Which object is returned is unobservable:
 # equal values, never mutated.
-_SHARED_LIMIT = 4096
-_SHARED_KEPT: dict[str, Acquired] = {}
-_SHARED_NEW: dict[str, Acquired] = {}
-_SHARED_RELEASED: dict[str, Released] = {}
+_SHARED_LIMIT: Final = 4096
+_SHARED_KEPT: Final[dict[str, Acquired]] = {}
+_SHARED_NEW: Final[dict[str, Acquired]] = {}
+_SHARED_RELEASED: Final[dict[str, Released]] = {}
 
 
 def _plain_acquired(server: str, path: Path) -> Acquired:
@@ -257,7 +261,7 @@ def _applied_release(server: str) -> Released:
 
 def _release(config: Config, state: State, event: Release) -> Transition:
     sid = event.server_id
-    if config.lease_accounting:
+    if plan_of(config).lease_accounting:
         leases, verdict = state.leases.settle(event.request_id, sid)
         if verdict == "current":
             return Transition(
@@ -348,7 +352,9 @@ def _observe(config: Config, state: State, event: ObserveLoads) -> Transition:
     return Transition(new_state, LoadsObserved(tuple(updated), tuple(ignored)))
 
 
-TRANSITIONS: dict[type[Any], Callable[[Config, State, Any], Transition]] = {
+_Handler = Callable[[Config, State, Any], Transition]
+
+TRANSITIONS: Final[dict[type[Any], _Handler]] = {  # Final as ACQUIRE_RULES
     Acquire: _acquire,
     Release: _release,
     AddServers: _add,
@@ -357,6 +363,11 @@ TRANSITIONS: dict[type[Any], Callable[[Config, State, Any], Transition]] = {
     ObserveLoads: _observe,
 }
 
+# The machine's own handlers as constants, to recognise them in the table without a
+# globals lookup per step.
+_ACQUIRE_HANDLER: Final[_Handler] = _acquire
+_RELEASE_HANDLER: Final[_Handler] = _release
+
 
 def step(config: Config, state: State, event: Event) -> Transition:
     """Apply one event. Total: every event of a known type yields one outcome."""
@@ -364,9 +375,9 @@ def step(config: Config, state: State, event: Event) -> Transition:
     # The table is read on every step (the proofs patch it); when it holds the machine's
     # own acquire or release, that handler is called directly -- a native call in the
     # compiled build instead of a call through a Python function object.
-    if handler is _acquire and isinstance(event, Acquire):
+    if handler is _ACQUIRE_HANDLER and isinstance(event, Acquire):
         return _acquire(config, state, event)
-    if handler is _release and isinstance(event, Release):
+    if handler is _RELEASE_HANDLER and isinstance(event, Release):
         return _release(config, state, event)
     if handler is None:
         raise TypeError(f"not an affinity_core event: {event!r}")

@@ -29,25 +29,90 @@ draw).
 ``deterministic_server`` (R-DET-1..3), under ``full_determinism``, ignores load:
 ``pool[request_hash mod n]`` (``caller``) or ``sorted(pool)[stable_hash(rid) mod n]``
 (``stable``).
+
+The options these functions and the machine read on every event come from
+:func:`plan_of`: a :class:`Plan` copies them from the ``Config`` into typed fields once
+and is kept for the last configuration seen (by identity). It changes no decision, only
+how an option is read (tests/core/test_fast_paths.py checks it field by field).
 """
 
 from __future__ import annotations
 
-from .config import Config, HashMode, TieBreak
+from typing import Final, final
+
+from .config import Config, DualThreshold, HashMode, TieBreak
 from .events import Acquire
 from .hashing import stable_hash
 from .loads import LoadTable
 
-__all__ = ["deterministic_server", "keep_band", "keep_pin", "least_loaded", "tie_index"]
+__all__ = ["Plan", "deterministic_server", "keep_band", "keep_pin", "least_loaded", "plan_of",
+           "tie_index"]
+
+# The enum members compared on the hot path, read once: in the compiled build a member
+# read on the (uncompiled) enum class is a generic attribute lookup on every call.
+_FIRST: Final = TieBreak.FIRST
+_HASHED: Final = TieBreak.HASHED
+_STABLE: Final = HashMode.STABLE
+
+
+@final
+class Plan:
+    """The configuration options the hot path reads, as typed fields of a native class.
+
+    ``Config`` is an attrs class outside the compiled build, so each of its attributes
+    costs a generic attribute lookup there; an acquire+release pair read five or six.
+    A plan copies them once per configuration. It is derived data, never changed after
+    construction, and not a value of the model: it is neither in the state nor in any
+    outcome.
+    """
+
+    __slots__ = ("cap", "config", "full_determinism", "gate", "lease_accounting", "margin",
+                 "tie_break", "tokens")
+
+    def __init__(self, config: Config) -> None:
+        self.config = config  # the configuration this plan was made from (identity)
+        self.full_determinism: bool = config.full_determinism
+        self.margin: int | None = config.affinity_break_margin
+        self.tokens: int | None = config.affinity_break_tokens
+        self.cap: int | None = config.affinity_break_band_cap
+        self.gate: DualThreshold | None = config.dual_threshold
+        self.tie_break: TieBreak = config.tie_break
+        self.lease_accounting: bool = config.lease_accounting
+
+
+@final
+class _LastPlan:
+    __slots__ = ("plan",)
+
+    def __init__(self) -> None:
+        self.plan: Plan | None = None
+
+
+# One entry, keyed by the configuration's identity: a balancer steps with one Config for
+# its whole life. The entry holds the Config itself, so its identity cannot be reused by
+# another object while it is cached; a different Config just replaces the entry. Which
+# plan object serves a step is unobservable: its fields are the Config's.
+_LAST: Final = _LastPlan()
+
+
+def plan_of(config: Config) -> Plan:
+    """The :class:`Plan` of ``config`` (cached for the last configuration seen)."""
+    plan = _LAST.plan
+    if plan is not None and plan.config is config:
+        return plan
+    plan = Plan(config)
+    _LAST.plan = plan
+    return plan
 
 
 def keep_band(config: Config, context_tokens: int | None) -> int | None:
     """The skew a sticky hit tolerates: the margin, widened by the context band if set."""
-    margin = config.affinity_break_margin
-    tokens = config.affinity_break_tokens
+    plan = plan_of(config)
+    margin = plan.margin
+    tokens = plan.tokens
     if margin is None or tokens is None:
         return margin
-    cap = config.affinity_break_band_cap
+    cap = plan.cap
     assert cap is not None  # Config requires the cap with T
     return min(margin + (context_tokens or 0) // tokens, cap)
 
@@ -59,12 +124,13 @@ def keep_pin(
 
     ``context_tokens`` is the acquire's field; only the context band reads it.
     """
-    if config.full_determinism:
+    plan = plan_of(config)
+    if plan.full_determinism:
         return True
     band = keep_band(config, context_tokens)
     if band is not None:
         return pool.load(pinned) <= pool.min_load + band
-    gate = config.dual_threshold
+    gate = plan.gate
     if gate is None:
         return True
     low, high = pool.min_load, pool.max_load
@@ -80,10 +146,10 @@ def keep_pin(
 
 def tie_index(config: Config, ties: int, event: Acquire) -> int:
     """Which of the ``ties`` least-loaded servers (pool order) to take."""
-    mode = config.tie_break
-    if mode is TieBreak.FIRST:
+    mode = plan_of(config).tie_break
+    if mode is _FIRST:
         return 0
-    if mode is TieBreak.HASHED and event.request_id is not None:
+    if mode is _HASHED and event.request_id is not None:
         return stable_hash(event.request_id) % ties
     return event.tie_draw % ties
 
@@ -97,7 +163,7 @@ def deterministic_server(
     config: Config, pool: LoadTable, sorted_servers: tuple[str, ...], event: Acquire
 ) -> str:
     """The load-blind placement of ``full_determinism``; the caller checked the inputs."""
-    if config.hash_mode is HashMode.STABLE:
+    if config.hash_mode is _STABLE:
         assert event.request_id is not None
         return sorted_servers[stable_hash(event.request_id) % len(sorted_servers)]
     assert event.request_hash is not None

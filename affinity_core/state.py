@@ -85,7 +85,10 @@ class State(Value):
 
     def inflight(self, server_id: str) -> int:
         """The router's own in-flight count (0 for an inactive server)."""
-        return self.pool.load(server_id) - self.external.get(server_id, 0)
+        external = self.external
+        if not len(external):  # the usual case: nothing observed, no Map.get call
+            return self.pool.load(server_id)
+        return self.pool.load(server_id) - external.get(server_id, 0)
 
     def inflight_items(self) -> tuple[tuple[str, int], ...]:
         """``(server_id, in-flight count)`` in pool order."""

@@ -165,6 +165,12 @@ class AffinityLoadBalancer:
                 backups=parsed.decision_log_backups,
             )
             self._log.start(self._config, self._state)  # locks; DecisionLogLocked if held
+        # The common case, decided once: no log to write, and an acquire's event is the
+        # request id alone. acquire_server / release_server then step the core inline
+        # (what _apply does without a log) instead of through two more method calls.
+        self._plain_release = self._log is None
+        self._plain_acquire = self._plain_release and not (
+            self._band or self._needs_draw or self._needs_hash)
 
     # ------------------------------------------------------------------ internals
     def _apply(self, event: Event) -> Outcome:
@@ -220,6 +226,13 @@ class AffinityLoadBalancer:
         balancer") when the pool is empty, ``TypeError`` for ``prompt_ids`` that is not a
         sequence (nothing changes).
         """
+        if self._plain_acquire:
+            transition = step(self._config, self._state, acquire_event(request_id))
+            self._state = transition.state  # a rejection may still drop a stale pin
+            outcome = transition.outcome
+            if type(outcome) is Acquired:
+                return outcome.server_id, self._handles.get(outcome.server_id)
+            return self._acquire_failed(request_id, outcome)
         if self._band:
             context = _prompt_length(request_id, extra.get("prompt_ids"))
             if context is not None:
@@ -261,7 +274,10 @@ class AffinityLoadBalancer:
                 event = release_event(server_id)
                 if server_id in self._handles:  # bounded by the pool, emptied on removal
                     self._releases[server_id] = event
-            self._apply(event)
+            if self._plain_release:  # _apply without a log, inline
+                self._state = step(self._config, self._state, event).state
+            else:
+                self._apply(event)
             return
         self._apply(release_event(server_id, request_id))
 

@@ -21,7 +21,11 @@ Each shortcut added for speed is checked against what it replaces:
   immutability, ``attrs.evolve`` / ``evolve`` and pickling are compared with it;
 * the leaf summary updated from the old one (``_bumped``) equals the full scan
   (``_leaf``) for every slot and both directions, and ``set_load`` (any delta) keeps
-  tables canonical.
+  tables canonical;
+* ``policy.plan_of`` (the options the hot path reads, cached for the last ``Config``):
+  every field equals the configuration's, a different configuration -- even an equal
+  one -- gets its own plan, and steps that alternate between configurations decide as
+  each configuration alone does.
 """
 
 from __future__ import annotations
@@ -51,6 +55,8 @@ from affinity_core import (
     release_event,
     step,
 )
+from affinity_core.config import DualThreshold
+from affinity_core.policy import plan_of
 from affinity_core.values import Value, evolve
 
 
@@ -235,3 +241,51 @@ def test_set_load_keeps_the_table_canonical(n: int) -> None:
         plain[p] = rng.randrange(6)
         table = table.set_load(servers[p], plain[p])
         assert table == LoadTable.build(zip(servers, plain, strict=True))
+
+
+PLAN_CONFIGS = [
+    Config(),
+    Config(affinity_break_margin=0, tie_break="draw", lease_accounting=True),
+    Config(affinity_break_margin=1, affinity_break_tokens=100, affinity_break_band_cap=3,
+           tie_break="hashed"),
+    Config(dual_threshold=DualThreshold(2, "3/2")),
+    Config(full_determinism=True, hash_mode="stable"),
+]
+
+
+@pytest.mark.parametrize("config", PLAN_CONFIGS, ids=lambda c: c.policy)
+def test_plan_fields_are_the_configs(config: Config) -> None:
+    plan = plan_of(config)
+    assert plan.config is config and plan_of(config) is plan
+    assert (plan.full_determinism, plan.margin, plan.tokens, plan.cap, plan.gate,
+            plan.tie_break, plan.lease_accounting) == (
+        config.full_determinism, config.affinity_break_margin, config.affinity_break_tokens,
+        config.affinity_break_band_cap, config.dual_threshold, config.tie_break,
+        config.lease_accounting)
+    twin = evolve(config)  # equal, not the same object: a plan of its own
+    assert twin == config and plan_of(twin).config is twin
+
+
+def test_steps_alternating_configs_decide_as_each_config_alone() -> None:
+    servers = ["s0", "s1", "s2"]
+    configs = PLAN_CONFIGS[:4]
+    rng = random.Random(5)
+    events = [Acquire(request_id=f"r{rng.randrange(6)}", tie_draw=rng.randrange(7),
+                      context_tokens=rng.randrange(400)) if rng.random() < 0.6
+              else Release(server_id=rng.choice(servers), request_id=f"r{rng.randrange(6)}")
+              for _ in range(300)]
+    alone = []
+    for config in configs:  # one configuration at a time: the cache always hits
+        state = initial_state(config, servers)
+        trace = []
+        for event in events:
+            t = step(config, state, event)
+            state = t.state
+            trace.append(t)
+        alone.append(trace)
+    states = [initial_state(config, servers) for config in configs]
+    for i, event in enumerate(events):  # interleaved: the cache misses on every step
+        for c, config in enumerate(configs):
+            t = step(config, states[c], event)
+            assert t == alone[c][i], (c, i)
+            states[c] = t.state

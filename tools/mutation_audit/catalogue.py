@@ -50,8 +50,8 @@ CATALOGUE: tuple[SourceMutant, ...] = (
     _m("margin_truthy", "policy.py", "if band is not None:", "if band:",
        "margin 0 treated as no margin"),
     _m("det_ignored_in_keep", "policy.py",
-       "    if config.full_determinism:\n        return True\n    band",
-       "    if config.full_determinism and config.affinity_break_margin is None:\n"
+       "    if plan.full_determinism:\n        return True\n    band",
+       "    if plan.full_determinism and plan.margin is None:\n"
        "        return True\n    band", "margin applied under full_determinism"),
     # the context band (SPEC section 7.5)
     _m("band_no_cap", "policy.py", "return min(margin + (context_tokens or 0) // tokens, cap)",
@@ -64,8 +64,8 @@ CATALOGUE: tuple[SourceMutant, ...] = (
        "        return margin if margin is None else margin + (context_tokens or 0)\n",
        "the context widens the margin although T is null"),
     _m("band_under_determinism", "policy.py",
-       "    if config.full_determinism:\n        return True\n    band",
-       "    if config.full_determinism and config.affinity_break_tokens is None:\n"
+       "    if plan.full_determinism:\n        return True\n    band",
+       "    if plan.full_determinism and plan.tokens is None:\n"
        "        return True\n    band", "context band applied under full_determinism"),
     _m("gate_abs_zero_enables", "policy.py", "gate.balance_abs_threshold <= 0:",
        "gate.balance_abs_threshold < 0:", "gate abs 0 does not disable the gate"),
