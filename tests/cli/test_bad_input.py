@@ -17,42 +17,17 @@ FleetError traceback), or a Ctrl-C traceback.
 
 from __future__ import annotations
 
-import contextlib
-import io
-import json
 import os
-import shutil
 import socket
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any
 
 import pytest
 
-from affinity_cli.main import EXIT_STATUS, SUBCOMMANDS, main
+from affinity_cli.main import EXIT_STATUS, SUBCOMMANDS
 
-ROOT = Path(__file__).resolve().parents[2]
-
-
-def run(*args: str) -> tuple[int, str, str]:
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        try:
-            code = main(list(args))
-        except SystemExit as exc:  # argparse's usage errors and --help
-            code = exc.code if isinstance(exc.code, int) else 1
-    return code, out.getvalue(), err.getvalue()
-
-
-def one_clean_line(code: int, err: str, *needles: str, status: int = 2) -> str:
-    """The last stderr line: the one message (argparse prints the usage above it)."""
-    assert code == status, (code, err)
-    assert "Traceback" not in err
-    line = err.strip().splitlines()[-1]
-    for needle in needles:
-        assert needle in line, (needle, line)
-    return line
+from .clirun import one_clean_line, run
 
 
 @pytest.fixture
@@ -158,21 +133,6 @@ def test_simulate_checks_outputs_and_names_before_the_sweep(tmp_path: Path,
     assert sorted(p.name for p in tmp_path.iterdir()) == ["plain.txt"]
 
 
-def test_simulate_workload_file_errors_are_one_line(tmp_path: Path) -> None:
-    bad_yaml = tmp_path / "bad.yaml"
-    bad_yaml.write_text("a: [\n")
-    binary = tmp_path / "bin.toml"
-    binary.write_bytes(b"\xff\xfe")
-    folder = tmp_path / "dir.toml"
-    folder.mkdir()
-    for path, needle in ((bad_yaml, "invalid YAML at line 2 column 1: expected the node"),
-                         (binary, "not UTF-8 text (invalid start byte at byte 0)"),
-                         (folder, "is a directory")):
-        code, _, err = run("simulate", "--preset", str(path), "--no-save")
-        assert len(err.strip().splitlines()) == 1, err
-        one_clean_line(code, err, needle)
-
-
 # ------------------------------------------------------------------------- check-router
 def test_check_router_url_is_checked_at_once(tmp_path: Path,
                                             monkeypatch: pytest.MonkeyPatch) -> None:
@@ -247,112 +207,6 @@ def test_ctrl_c_is_one_line_and_status_130(monkeypatch: pytest.MonkeyPatch) -> N
     code, _, err = run("replay", "any.ndjson")
     one_clean_line(code, err, "affinity replay: interrupted", status=130)
     assert "130 interrupted (Ctrl-C)" in " ".join(run("replay", "--help")[1].split())
-
-
-def test_an_impl_that_exits_is_never_a_pass(tmp_path: Path) -> None:
-    """A module or balancer calling sys.exit(0) made ``affinity check`` exit 0, silently."""
-    at_import = tmp_path / "exits_at_import.py"
-    at_import.write_text("import sys\nsys.exit(0)\n")
-    code, _, err = run("check", f"{at_import}:Balancer", "--budget", "0")
-    one_clean_line(code, err, "called sys.exit(0)")
-    mid_check = tmp_path / "exits_mid_check.py"
-    mid_check.write_text(
-        (ROOT / "tests" / "conformance" / "broken_balancers.py").read_text(encoding="utf-8")
-        + "\n\nclass ExitingBalancer(MiniBalancer):\n"
-          "    def acquire_server(self, *args: Any, **kwargs: Any) -> Any:\n"
-          "        raise SystemExit(0)\n")
-    code, _, err = run("check", f"{mid_check}:ExitingBalancer", "--budget", "0",
-                       "--out", str(tmp_path / "o"))
-    one_clean_line(code, err, "called sys.exit(0) while being checked", status=1)
-
-
-def _decision_log(tmp_path: Path) -> list[dict[str, object]]:
-    from affinity_verl import AffinityLoadBalancer
-
-    path = tmp_path / "decisions.ndjson"
-    lb = AffinityLoadBalancer(servers={"s0": None, "s1": None}, affinity_break_margin=1,
-                              decision_log=str(path))
-    for rid in ("a", "b", "a"):
-        lb.acquire_server(request_id=rid)
-    lb.release_server(server_id="s0")
-    del lb
-    return [json.loads(line) for line in path.read_text().splitlines()]
-
-
-@pytest.mark.parametrize(("field", "value", "status", "needle"), [
-    (("event", "op"), [], 2, "event op must be an event name, got list"),  # a traceback
-    (("event", "op"), {"a": 1}, 2, "event op must be an event name, got dict"),
-    (("seq",), True, 1, "seq True where 1 was due"),  # true == 1 in Python: was accepted
-])
-def test_replay_wrong_json_types(tmp_path: Path, field: tuple[str, ...], value: object,
-                                 status: int, needle: str) -> None:
-    records = _decision_log(tmp_path)
-    target: Any = records[2]  # the second event record (seq 1)
-    for key in field[:-1]:
-        target = target[key]
-    target[field[-1]] = value
-    bad = tmp_path / "bad.ndjson"
-    bad.write_text("".join(json.dumps(r) + "\n" for r in records))
-    code, _, err = run("replay", str(bad))
-    assert code == status and "Traceback" not in err, err
-    assert needle in err, err
-
-
-def test_vector_with_a_non_string_op_is_bad_input(tmp_path: Path) -> None:
-    """Was a TypeError traceback from the codec (unhashable op)."""
-    vectors = tmp_path / "v"
-    shutil.copytree(ROOT / "spec" / "vectors", vectors)
-    case = vectors / "legacy" / "acquire_release_acquire_keeps_server.json"
-    data = json.loads(case.read_text())
-    data["steps"][0]["event"]["op"] = ["acquire"]
-    case.write_text(json.dumps(data))
-    code, _, err = run("check", "affinity_verl:AffinityLoadBalancer", "--vectors", str(vectors),
-                       "--suite", "legacy", "--budget", "0")
-    one_clean_line(code, err, "steps[0].event.op: must be an event name, got list")
-
-
-WORKLOAD = """name = "t"
-seeds = 1
-policies = ["legacy", "margin-1"]
-[[workloads]]
-name = "w"
-replicas = 4
-prompts = 8
-samples = 4
-max_context = 2048
-turns = {dist = "uniform_int", low = 1, high = 4}
-prompt_tokens = 200
-output_tokens = 300
-tool_tokens = 100
-tool_latency_s = 0.1
-"""
-
-
-@pytest.mark.parametrize(("change", "needle"), [
-    # a constant below what the simulator uses was clamped silently (turns = -1 ran)
-    (("turns = {", "turns = -1\n#"), "workloads[0].turns must be >= 1, got -1"),
-    (("prompt_tokens = 200", "prompt_tokens = -5"), "prompt_tokens must be >= 1, got -5"),
-    (("tool_latency_s = 0.1", "tool_latency_s = -1"), "tool_latency_s must be >= 0, got -1"),
-    # these were TypeError tracebacks
-    (('policies = ["legacy", "margin-1"]', "policies = 5"),
-     "'policies' must be a list of policy names, got 5"),
-    (('name = "w"', "name = [1]"), "workloads[0].name must be a string, got [1]"),
-    (('turns = {dist = "uniform_int", low = 1, high = 4}', "turns = {dist = [1]}"),
-     "workloads[0].turns: malformed distribution"),
-    # sizes that would fill memory before the first step
-    (("seeds = 1", "seeds = 1000000"), "seeds must be in [1, 100000], got 1000000"),
-    (("prompts = 8", "prompts = 1000000"), "prompts x samples must be at most 1,000,000"),
-    (("replicas = 4", "replicas = 100000"), "replicas must be in [1, 65536], got 100000"),
-])
-def test_workload_file_values_are_checked(tmp_path: Path, change: tuple[str, str],
-                                          needle: str) -> None:
-    assert change[0] in WORKLOAD
-    path = tmp_path / "w.toml"
-    path.write_text(WORKLOAD.replace(change[0], change[1], 1))
-    code, out, err = run("simulate", "--preset", str(path), "--no-save", "--workers", "1",
-                         "--no-progress")
-    one_clean_line(code, err, needle)
-    assert "simulated steps" not in out
 
 
 @pytest.mark.parametrize(("argv", "needle"), [

@@ -11,24 +11,14 @@ subcommand that could not be imported were never registered), and ``affinity ver
 
 from __future__ import annotations
 
-import contextlib
 import importlib.util
-import io
 from importlib.machinery import ModuleSpec
 
 import pytest
 
-from affinity_cli.main import EXTRAS, main
+from affinity_cli.main import EXTRAS
 
-
-def run(*args: str) -> tuple[int, str, str]:
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        try:
-            code = main(list(args))
-        except SystemExit as exc:
-            code = exc.code if isinstance(exc.code, int) else 1
-    return code, out.getvalue(), err.getvalue()
+from .clirun import run
 
 
 @pytest.fixture

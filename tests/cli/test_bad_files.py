@@ -1,0 +1,146 @@
+"""Bad files, and implementations that misbehave, given to ``affinity``: one line naming
+the file, the field and what is accepted; exit status 2 (or 1 where the implementation
+fails); no traceback.
+
+Each case failed before session "newuser": a workload file with a list where a name
+belongs or a non-list ``policies`` (TypeError tracebacks), a constant below what the
+simulator uses (``turns = -1`` ran, silently clamped), sizes that fill memory before the
+first step, a decision log or vector whose event ``op`` is a list (TypeError traceback),
+a log whose ``seq`` is ``true`` (passed as 1), and an IMPL calling ``sys.exit(0)``
+(``affinity check`` exited 0, silently).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from .clirun import ROOT, one_clean_line, run
+
+
+def test_simulate_workload_file_errors_are_one_line(tmp_path: Path) -> None:
+    bad_yaml = tmp_path / "bad.yaml"
+    bad_yaml.write_text("a: [\n")
+    binary = tmp_path / "bin.toml"
+    binary.write_bytes(b"\xff\xfe")
+    folder = tmp_path / "dir.toml"
+    folder.mkdir()
+    for path, needle in ((bad_yaml, "invalid YAML at line 2 column 1: expected the node"),
+                         (binary, "not UTF-8 text (invalid start byte at byte 0)"),
+                         (folder, "is a directory")):
+        code, _, err = run("simulate", "--preset", str(path), "--no-save")
+        assert len(err.strip().splitlines()) == 1, err
+        one_clean_line(code, err, needle)
+
+
+
+def test_an_impl_that_exits_is_never_a_pass(tmp_path: Path) -> None:
+    """A module or balancer calling sys.exit(0) made ``affinity check`` exit 0, silently."""
+    at_import = tmp_path / "exits_at_import.py"
+    at_import.write_text("import sys\nsys.exit(0)\n")
+    code, _, err = run("check", f"{at_import}:Balancer", "--budget", "0")
+    one_clean_line(code, err, "called sys.exit(0)")
+    mid_check = tmp_path / "exits_mid_check.py"
+    mid_check.write_text(
+        (ROOT / "tests" / "conformance" / "broken_balancers.py").read_text(encoding="utf-8")
+        + "\n\nclass ExitingBalancer(MiniBalancer):\n"
+          "    def acquire_server(self, *args: Any, **kwargs: Any) -> Any:\n"
+          "        raise SystemExit(0)\n")
+    code, _, err = run("check", f"{mid_check}:ExitingBalancer", "--budget", "0",
+                       "--out", str(tmp_path / "o"))
+    one_clean_line(code, err, "called sys.exit(0) while being checked", status=1)
+
+
+def _decision_log(tmp_path: Path) -> list[dict[str, object]]:
+    from affinity_verl import AffinityLoadBalancer
+
+    path = tmp_path / "decisions.ndjson"
+    lb = AffinityLoadBalancer(servers={"s0": None, "s1": None}, affinity_break_margin=1,
+                              decision_log=str(path))
+    for rid in ("a", "b", "a"):
+        lb.acquire_server(request_id=rid)
+    lb.release_server(server_id="s0")
+    del lb
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+@pytest.mark.parametrize(("field", "value", "status", "needle"), [
+    (("event", "op"), [], 2, "event op must be an event name, got list"),  # a traceback
+    (("event", "op"), {"a": 1}, 2, "event op must be an event name, got dict"),
+    (("seq",), True, 1, "seq True where 1 was due"),  # true == 1 in Python: was accepted
+])
+def test_replay_wrong_json_types(tmp_path: Path, field: tuple[str, ...], value: object,
+                                 status: int, needle: str) -> None:
+    records = _decision_log(tmp_path)
+    target: Any = records[2]  # the second event record (seq 1)
+    for key in field[:-1]:
+        target = target[key]
+    target[field[-1]] = value
+    bad = tmp_path / "bad.ndjson"
+    bad.write_text("".join(json.dumps(r) + "\n" for r in records))
+    code, _, err = run("replay", str(bad))
+    assert code == status and "Traceback" not in err, err
+    assert needle in err, err
+
+
+def test_vector_with_a_non_string_op_is_bad_input(tmp_path: Path) -> None:
+    """Was a TypeError traceback from the codec (unhashable op)."""
+    vectors = tmp_path / "v"
+    shutil.copytree(ROOT / "spec" / "vectors", vectors)
+    case = vectors / "legacy" / "acquire_release_acquire_keeps_server.json"
+    data = json.loads(case.read_text())
+    data["steps"][0]["event"]["op"] = ["acquire"]
+    case.write_text(json.dumps(data))
+    code, _, err = run("check", "affinity_verl:AffinityLoadBalancer", "--vectors", str(vectors),
+                       "--suite", "legacy", "--budget", "0")
+    one_clean_line(code, err, "steps[0].event.op: must be an event name, got list")
+
+
+WORKLOAD = """name = "t"
+seeds = 1
+policies = ["legacy", "margin-1"]
+[[workloads]]
+name = "w"
+replicas = 4
+prompts = 8
+samples = 4
+max_context = 2048
+turns = {dist = "uniform_int", low = 1, high = 4}
+prompt_tokens = 200
+output_tokens = 300
+tool_tokens = 100
+tool_latency_s = 0.1
+"""
+
+
+@pytest.mark.parametrize(("change", "needle"), [
+    # a constant below what the simulator uses was clamped silently (turns = -1 ran)
+    (("turns = {", "turns = -1\n#"), "workloads[0].turns must be >= 1, got -1"),
+    (("prompt_tokens = 200", "prompt_tokens = -5"), "prompt_tokens must be >= 1, got -5"),
+    (("tool_latency_s = 0.1", "tool_latency_s = -1"), "tool_latency_s must be >= 0, got -1"),
+    # these were TypeError tracebacks
+    (('policies = ["legacy", "margin-1"]', "policies = 5"),
+     "'policies' must be a list of policy names, got 5"),
+    (('name = "w"', "name = [1]"), "workloads[0].name must be a string, got [1]"),
+    (('turns = {dist = "uniform_int", low = 1, high = 4}', "turns = {dist = [1]}"),
+     "workloads[0].turns: malformed distribution"),
+    # sizes that would fill memory before the first step
+    (("seeds = 1", "seeds = 1000000"), "seeds must be in [1, 100000], got 1000000"),
+    (("prompts = 8", "prompts = 1000000"), "prompts x samples must be at most 1,000,000"),
+    (("replicas = 4", "replicas = 100000"), "replicas must be in [1, 65536], got 100000"),
+])
+def test_workload_file_values_are_checked(tmp_path: Path, change: tuple[str, str],
+                                          needle: str) -> None:
+    assert change[0] in WORKLOAD
+    path = tmp_path / "w.toml"
+    path.write_text(WORKLOAD.replace(change[0], change[1], 1))
+    code, out, err = run("simulate", "--preset", str(path), "--no-save", "--workers", "1",
+                         "--no-progress")
+    one_clean_line(code, err, needle)
+    assert "simulated steps" not in out
+
+
