@@ -83,7 +83,8 @@ EXIT_STATUS: dict[str, str] = {
               "truncated last line without --allow-truncated)",
     "vectors": "0 the vectors match (verify) or were written (generate); 1 verify found "
                "differences; 2 bad input (a directory that is missing or a file, an --out "
-               "that cannot be created, a generation failure)",
+               "that cannot be created or is a non-empty folder that is not a vector tree, a "
+               "generation failure)",
 }
 
 

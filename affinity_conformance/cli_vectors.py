@@ -6,8 +6,9 @@ writer, so it takes an explicit ``--out`` (``--out spec/vectors`` in a checkout)
 
 Exit status: 0 the vectors match (verify) or were written (generate); 1 verify found
 differences; 2 bad input -- a directory option that is missing or a file (an input
-directory is never read as empty), an ``--out`` that cannot be created, or a generation
-failure -- with a one-line message and no traceback.
+directory is never read as empty), an ``--out`` that cannot be created or is a non-empty
+folder without a vector manifest (generate would replace its ``*/*.json`` files), or a
+generation failure -- with a one-line message and no traceback.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from .generate import (
 )
 from .scenario import ScenarioError
 from .shipped import shipped_vectors
-from .vector_format import VectorError
+from .vector_format import MANIFEST_NAME, VectorError
 
 __all__ = ["register"]
 
@@ -56,6 +57,15 @@ def register(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    out = getattr(args, "out", None)
+    if out is not None and out.is_dir() and any(out.iterdir()) and not (
+            out / MANIFEST_NAME).is_file():
+        # generate replaces every <dir>/<file>.json under --out: in a folder that is not a
+        # vector tree (`--out .` in a project) that would delete the project's files.
+        print(f"affinity vectors generate: --out {out} is not empty and holds no "
+              f"{MANIFEST_NAME} (not a vector tree); its */*.json files would be replaced: "
+              "choose a new or empty directory", file=sys.stderr)
+        return 2
     try:
         vectors = build_vectors(regression_dir=args.regressions,
                                 counterexample_dir=args.counterexamples)

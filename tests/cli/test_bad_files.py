@@ -144,3 +144,16 @@ def test_workload_file_values_are_checked(tmp_path: Path, change: tuple[str, str
     assert "simulated steps" not in out
 
 
+
+
+def test_vectors_generate_never_replaces_a_folder_that_is_not_a_vector_tree(
+        tmp_path: Path) -> None:
+    """``--out .`` in a project deleted every ``<dir>/<file>.json`` there (and empty dirs)."""
+    project = tmp_path / "project"
+    (project / "config").mkdir(parents=True)
+    settings = project / "config" / "settings.json"
+    settings.write_text('{"keep": true}\n')
+    (project / "empty").mkdir()
+    code, _, err = run("vectors", "generate", "--out", str(project))
+    one_clean_line(code, err, "is not empty and holds no MANIFEST.json")
+    assert settings.read_text() == '{"keep": true}\n' and (project / "empty").is_dir()
