@@ -243,3 +243,18 @@ def test_serve_prints_a_usable_url_for_an_ipv6_host() -> None:
         proc.terminate()
         proc.wait(timeout=30)
     assert line.startswith("affinity serve: listening on http://[::1]:"), line
+
+
+def test_serve_on_a_port_in_use_exits_1_naming_the_address() -> None:
+    """The documented status for a router that cannot start."""
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        proc = subprocess.run(
+            [sys.executable, "-m", "affinity_cli.main", "serve", "--backend",
+             "http://127.0.0.1:1", "--port", str(port)],
+            capture_output=True, text=True, timeout=60)
+    line = one_clean_line(proc.returncode, proc.stderr, "address already in use", status=1)
+    assert f"('127.0.0.1', {port})" in line
+    assert "could not start (the address is in use" in EXIT_STATUS["serve"]
