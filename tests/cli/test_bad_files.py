@@ -157,3 +157,16 @@ def test_vectors_generate_never_replaces_a_folder_that_is_not_a_vector_tree(
     code, _, err = run("vectors", "generate", "--out", str(project))
     one_clean_line(code, err, "is not empty and holds no MANIFEST.json")
     assert settings.read_text() == '{"keep": true}\n' and (project / "empty").is_dir()
+
+
+def test_replay_streams_and_bounds_what_it_reads(tmp_path: Path,
+                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """The whole file was read into memory: /dev/zero or a huge log was a MemoryError."""
+    if Path("/dev/zero").exists():
+        code, _, err = run("replay", "/dev/zero")
+        one_clean_line(code, err, "/dev/zero: a device, not a log file")
+    monkeypatch.setattr("affinity_conformance.decision_log.MAX_LINE_CHARS", 64)
+    long_line = tmp_path / "long.ndjson"
+    long_line.write_text("x" * 1000 + "\n")
+    code, _, err = run("replay", str(long_line))
+    one_clean_line(code, err, "long.ndjson:1: line longer than 64 characters")
