@@ -11,7 +11,7 @@ every policy, so the pairing is exact and the plan is not redrawn per policy.
 * **Ray** when it is importable and not disabled: ``ray.init(address=...)`` joins a
   cluster, or starts a local one by default. Ray is imported only here, lazily, so the
   simulator works without the ``verl`` extra;
-* a ``concurrent.futures.ProcessPoolExecutor`` otherwise (or with ``use_ray=False``);
+* a ``multiprocessing.Pool`` otherwise (or with ``use_ray=False``; Ctrl-C terminates it);
 * in-process when ``workers == 1`` (tests, profiling).
 
 Every task is deterministic, so the three back-ends give identical results; results
@@ -21,9 +21,10 @@ reports each finished task, which the CLI turns into a progress bar.
 
 from __future__ import annotations
 
+import multiprocessing
 import os
+import signal
 from collections.abc import Callable, Sequence
-from concurrent.futures import ProcessPoolExecutor, as_completed
 from typing import Any
 
 import attrs
@@ -82,6 +83,15 @@ def _order(sweep: Sweep, results: list[StepResult]) -> list[StepResult]:
     return sorted(results, key=lambda r: (rank_w[r.workload], rank_p[r.policy], r.seed))
 
 
+def _ignore_sigint() -> None:
+    """Pool workers leave Ctrl-C to the parent, which terminates them."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+def _run_packed(job: tuple[Workload, Sequence[PolicySpec], int]) -> list[StepResult]:
+    return run_task(*job)
+
+
 def _ray_module() -> Any:
     try:
         import ray
@@ -114,10 +124,13 @@ def run_sweep(
     if ray is not None and (workers > 1 or address is not None):
         backend = _run_on_ray(ray, sweep, tasks, workers, address, report, results)
     elif workers > 1 and total > 1:
-        with ProcessPoolExecutor(max_workers=min(workers, total)) as pool:
-            futures = [pool.submit(run_task, w, sweep.policies, s) for w, s in tasks]
-            for done, future in enumerate(as_completed(futures), 1):
-                results.extend(future.result())
+        # multiprocessing.Pool, not ProcessPoolExecutor: leaving the block on Ctrl-C (or a
+        # failed step) terminates the workers at once; the executor finished every queued
+        # step first, so Ctrl-C took up to a minute.
+        jobs = [(w, sweep.policies, s) for w, s in tasks]
+        with multiprocessing.Pool(min(workers, total), initializer=_ignore_sigint) as pool:
+            for done, part in enumerate(pool.imap_unordered(_run_packed, jobs), 1):
+                results.extend(part)
                 report(done, total)
         backend = f"processes ({min(workers, total)})"
     else:

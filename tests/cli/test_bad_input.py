@@ -18,9 +18,11 @@ FleetError traceback), or a Ctrl-C traceback.
 from __future__ import annotations
 
 import os
+import signal
 import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -258,3 +260,21 @@ def test_serve_on_a_port_in_use_exits_1_naming_the_address() -> None:
     line = one_clean_line(proc.returncode, proc.stderr, "address already in use", status=1)
     assert f"('127.0.0.1', {port})" in line
     assert "could not start (the address is in use" in EXIT_STATUS["serve"]
+
+
+def test_ctrl_c_stops_a_pooled_simulation_at_once() -> None:
+    """With --no-ray the process pool finished every queued step first: Ctrl-C took a
+    minute or more. The terminal's SIGINT goes to the whole process group, as here."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "affinity_cli.main", "simulate", "--preset", "pr7435",
+         "--no-save", "--no-progress", "--workers", "2", "--no-ray"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        time.sleep(3)  # the pool is up and simulating
+        os.killpg(proc.pid, signal.SIGINT)
+        _, err = proc.communicate(timeout=20)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    one_clean_line(proc.returncode, err, "affinity simulate: interrupted", status=130)
