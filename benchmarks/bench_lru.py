@@ -12,6 +12,11 @@ core's hot path uses, each against the LRUCache operation that does the same thi
 * ``peek`` (``lru.peek(key)``, no refresh): ``cache.peek(key)`` is not there, so the
   baseline is ``key in cache``, which does not refresh either; and ``key in lru``.
 
+Then, for context, a whole sticky hit through the core: ``step`` of a kept hit on a
+random key of a 16-server state with ``--entries`` pins plus the ``step`` of its release
+(``kept_pair``), against PR #7435's class (benchmarks/bench_core.py's ``pr7435_class``
+on verl 0.9.1's) doing the same acquire and release (``pr7435_kept_pair``).
+
 Each is the best of ``--repeat`` runs of ``--ops`` operations on a map of ``--entries``
 entries, in nanoseconds of this process's CPU time per operation (``time.process_time``),
 including the Python loop that drives it (``loop`` is that loop alone). The touch and put
@@ -26,6 +31,7 @@ prefix ``AFFINITY_BUILD=pure`` for the source, or put a compiled build first on
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import os
 import platform
@@ -38,7 +44,15 @@ from typing import Any
 from cachetools import LRUCache
 
 import affinity_core
-from affinity_core import StickyLru
+from affinity_conformance.upstream import load_upstream_balancer
+from affinity_core import (
+    Config,
+    StickyLru,
+    acquire_event,
+    initial_state,
+    release_event,
+    step,
+)
 
 
 def _best(run: Callable[[], object], ops: int, repeat: int) -> float:
@@ -108,6 +122,39 @@ def measure(entries: int, ops: int, repeat: int, seed: int) -> dict[str, float]:
     for _ in range(repeat):
         cache_put()
     out["verl_put_evict"] = min(cache_put_time) / ops * 1e9
+    out.update(_kept_pairs(keys, hits, repeat))
+    return out
+
+
+def _kept_pairs(keys: list[str], hits: list[str], repeat: int) -> dict[str, float]:
+    """Kept sticky hits on random keys, acquire + release, core ``step`` vs PR #7435."""
+    servers = {f"http://10.0.0.{i}:8000": None for i in range(16)}
+    config = Config(max_cache_size=len(keys), affinity_break_margin=2)
+    state = initial_state(config, list(servers))
+    # bench_core sits beside this script (sys.path[0] when it is run as a script)
+    pr7435_class = importlib.import_module("bench_core").pr7435_class
+    pr = pr7435_class(load_upstream_balancer())(servers=servers, max_cache_size=len(keys),
+                                                affinity_break_margin=2)
+    for rid in keys:  # pin every key; every load goes back to 0
+        t = step(config, state, acquire_event(rid))
+        state = step(config, t.state, release_event(t.outcome.server_id)).state  # type: ignore[union-attr]
+        pr.release_server(pr.acquire_server(rid)[0])
+    holder = [state]
+
+    def core() -> None:
+        s = holder[0]
+        for rid in hits:
+            t = step(config, s, acquire_event(rid))
+            s = step(config, t.state, release_event(t.outcome.server_id)).state  # type: ignore[union-attr]
+        holder[0] = s  # go on from the newest state: no re-derivation between repeats
+
+    def baseline() -> None:
+        for rid in hits:
+            pr.release_server(pr.acquire_server(rid)[0])
+
+    out = {"kept_pair": _best(core, len(hits), repeat),
+           "pr7435_kept_pair": _best(baseline, len(hits), repeat)}
+    assert holder[0].affinity_kept >= len(hits) and holder[0].affinity_broken == 0
     return out
 
 
@@ -139,6 +186,9 @@ def main(argv: list[str] | None = None) -> int:
                      ("in", "verl_in"), ("peek", "verl_in")):
         print(f"  {op:10s} StickyLru {result[op]:7.0f}   LRUCache {result[base]:7.0f}   "
               f"ratio {result[op] / result[base]:5.2f}")
+    print(f"  kept hit, acquire+release: core step {result['kept_pair']:7.0f}   "
+          f"PR #7435 class {result['pr7435_kept_pair']:7.0f}   "
+          f"ratio {result['kept_pair'] / result['pr7435_kept_pair']:5.2f}")
     if args.json:
         record: dict[str, Any] = {"build": affinity_core.BUILD, "entries": args.entries,
                                   "ops": args.ops, "repeat": args.repeat,
