@@ -17,16 +17,17 @@ answering exactly as it did, whatever is done to the maps derived from it (the m
 checkers branch from old states).
 
 **Representation: a shared write log, a window, and an index owned by the tip.** A family
-of versions shares one :class:`_Store`: an append-only ``log`` of :class:`_Cell` records
-(``request_id``, ``server_id``; server ``None`` records a deletion) and an ``index``
-``request_id -> cell``. A version is its capacity, its size and a window ``[lo, hi)`` of
+of versions shares one :class:`_Store`: an append-only ``log`` of records, each a new
+2-tuple ``(request_id, server_id)`` (server ``None`` records a deletion), and an ``index``
+``request_id -> record``. A version is its capacity, its size and a window ``[lo, hi)`` of
 the log. Its entries are, for each key, the *last* record of that key in its window,
 unless that record is a deletion; recency is the order of those records. Records are
 never changed once written, so a window always means the same entries.
 
 * **The tip** is the one version whose ``hi`` equals the log's length: nothing was
   appended after it. The index holds exactly the tip's entries, so for the tip a lookup
-  is one dict read and an entry's record ``c`` is live iff ``index[c.request_id] is c``.
+  is one dict read, and a record ``c`` is live iff ``index[c[0]] is c`` (records are told
+  apart by identity, so a superseded record with the same content is not live).
 * **A write by the tip** (touch, put, delete) first *claims* the next log position by
   appending its new record and checking that the record landed at ``hi`` (``list.append``
   is atomic, so of two writers of one version exactly one wins; the other proceeds as a
@@ -34,8 +35,9 @@ never changed once written, so a window always means the same entries.
   being the tip before the index changes. A touch is one dict read, one record, one
   append and one dict write: O(1), no copying.
 * **Eviction** moves ``lo``: the least recent entry is always the record at ``lo`` (records
-  before it, and stale ones after it, are skipped as ``lo`` advances), so an eviction
-  deletes its key from the index and advances ``lo`` past its record.
+  before it, and stale ones after it, are skipped as ``lo`` advances; each record is
+  skipped at most once along a line of versions), so an eviction deletes its key from the
+  index and advances ``lo`` past its record.
 * **Compaction.** Superseded records (and those before ``lo``) stay in the log until it
   holds more than ``2 x size + 32`` records; the write that passes that bound copies the
   live records, already in recency order, into a new store that takes over the index.
@@ -47,7 +49,9 @@ never changed once written, so a window always means the same entries.
   to ``hi`` and a fresh index, and points itself at it (:meth:`StickyLru._own`). Its
   entries do not change, only where they are kept, so a reader never sees a difference;
   the swap is one reference store, so a concurrent reader sees the old store or the new
-  one, both complete. From then on that version is the tip of its own store.
+  one, both complete. From then on that version is the tip of its own store. So a caller
+  that keeps using an old state (the model checkers branch; a harness reads the state
+  before an event after stepping it) pays O(size) once per such state, not per access.
 * **Readers validate.** A read of the tip's index is trusted only if the log length is
   still ``hi`` after the read; otherwise a writer claimed the tip meanwhile and the read
   is redone on an owned store. This is what makes sharing one version between threads
@@ -61,27 +65,32 @@ same order are equal and hash alike, whatever their histories.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Any, final
+from typing import Any, cast, final
 
 from .values import Value, register
 
 __all__ = ["StickyLru"]
 
 
-@final
-class _Cell:
-    """One write record: ``server`` is the pinned server, or ``None`` for a deletion.
+# A record is the 2-tuple ``(request_id, server)``, server ``None`` for a deletion, held
+# as an opaque ``object``: records are told apart by identity (each write makes a new
+# one), and a tuple typed as such would be unboxed by mypyc and re-boxed as a new object
+# at every store. Tuples of strings also leave the garbage collector's lists at its first
+# pass, so the log does not make every later collection longer.
+_Record = object
 
-    Records are compared by identity only: each write creates a new one, so ``is``
-    tells the current record of a key from a superseded one with the same content."""
 
-    __slots__ = ("request_id", "server")
-    request_id: str
-    server: str | None
+def _record(request_id: str, server: str | None) -> _Record:
+    record: _Record = (request_id, server)
+    return record
 
-    def __init__(self, request_id: str, server: str | None) -> None:
-        self.request_id = request_id
-        self.server = server
+
+def _key(record: _Record) -> str:
+    return cast("tuple[str, str | None]", record)[0]
+
+
+def _server(record: _Record) -> str | None:
+    return cast("tuple[str, str | None]", record)[1]
 
 
 @final
@@ -89,10 +98,10 @@ class _Store:
     """The log and the tip's index, shared by a family of versions (module docstring)."""
 
     __slots__ = ("index", "log")
-    log: list[_Cell]
-    index: dict[str, _Cell]
+    log: list[_Record]
+    index: dict[str, _Record]
 
-    def __init__(self, log: list[_Cell], index: dict[str, _Cell]) -> None:
+    def __init__(self, log: list[_Record], index: dict[str, _Record]) -> None:
         self.log = log
         self.index = index
 
@@ -141,14 +150,14 @@ class StickyLru(Value):
             store = self._tip()
             cell = store.index.get(request_id)
             if len(store.log) == self.hi:
-                return None if cell is None else cell.server
+                return None if cell is None else _server(cell)
 
     def evicts_on_put(self, request_id: str) -> str | None:
         """The key a write of ``request_id`` would evict, if any."""
         while True:
             store = self._tip()
             present = request_id in store.index
-            oldest = store.log[self.lo].request_id if self.size > 0 else None
+            oldest = _key(store.log[self.lo]) if self.size > 0 else None
             if len(store.log) == self.hi:
                 return None if present or self.size < self.capacity else oldest
 
@@ -159,9 +168,9 @@ class StickyLru(Value):
             index = store.index
             found: list[tuple[str, str]] = []
             for cell in store.log[self.lo:self.hi]:
-                server = cell.server
-                if server is not None and index.get(cell.request_id) is cell:
-                    found.append((cell.request_id, server))
+                request_id, server = cast("tuple[str, str | None]", cell)
+                if server is not None and index.get(request_id) is cell:
+                    found.append((request_id, server))
             if len(store.log) == self.hi:
                 return tuple(found)
 
@@ -182,7 +191,7 @@ class StickyLru(Value):
             if old is None:
                 raise KeyError(request_id)
             return self
-        cell = _Cell(request_id, old.server)
+        cell = _record(request_id, _server(old))
         log.append(cell)
         if log[hi] is not cell:
             return self.touch(request_id)  # lost the claim: redo on an owned store
@@ -196,7 +205,7 @@ class StickyLru(Value):
         """A write (R-LRU-3): refresh an existing key, or evict the oldest key to make room."""
         store = self._tip()
         log, hi = store.log, self.hi
-        cell = _Cell(request_id, server_id)
+        cell = _record(request_id, server_id)
         log.append(cell)
         if log[hi] is not cell:
             return self.put(request_id, server_id)  # lost the claim: redo on an owned store
@@ -204,12 +213,12 @@ class StickyLru(Value):
         lo, size = self.lo, self.size
         if request_id not in index:
             if size >= self.capacity:
-                del index[log[lo].request_id]  # evict the least recent (R-LRU-3)
+                del index[_key(log[lo])]  # evict the least recent (R-LRU-3)
             else:
                 size += 1
         index[request_id] = cell
         first = log[lo]
-        if index.get(first.request_id) is not first:
+        if index.get(_key(first)) is not first:
             lo = _next_live(index, log, lo + 1, hi + 1)
         return _settled(self.capacity, size, lo, hi + 1, store)
 
@@ -221,7 +230,7 @@ class StickyLru(Value):
             if len(log) == hi:
                 return self
             return self.delete(request_id)
-        tomb = _Cell(request_id, None)
+        tomb = _record(request_id, None)
         log.append(tomb)
         if log[hi] is not tomb:
             return self.delete(request_id)
@@ -229,7 +238,7 @@ class StickyLru(Value):
         del index[request_id]
         lo = self.lo
         first = log[lo]
-        if index.get(first.request_id) is not first:
+        if index.get(_key(first)) is not first:
             lo = _next_live(index, log, lo + 1, hi + 1)
         return _settled(self.capacity, self.size - 1, lo, hi + 1, store)
 
@@ -278,12 +287,13 @@ class StickyLru(Value):
     def _own(self) -> _Store:
         """Re-derive this version's entries from its window into a private store."""
         log = self.store.log[:self.hi]  # records up to hi never change
-        index: dict[str, _Cell] = {}
+        index: dict[str, _Record] = {}
         for cell in log[self.lo:]:
-            if cell.server is None:
-                index.pop(cell.request_id, None)
+            request_id, server = cast("tuple[str, str | None]", cell)
+            if server is None:
+                index.pop(request_id, None)
             else:
-                index[cell.request_id] = cell
+                index[request_id] = cell
         store = _Store(log, index)
         # The entries are unchanged, only where they are kept: one reference store.
         object.__setattr__(self, "store", store)
@@ -293,11 +303,11 @@ class StickyLru(Value):
 register(StickyLru)
 
 
-def _next_live(index: dict[str, _Cell], log: list[_Cell], i: int, hi: int) -> int:
+def _next_live(index: dict[str, _Record], log: list[_Record], i: int, hi: int) -> int:
     """The first position from ``i`` whose record is the tip's current one (else hi)."""
     while i < hi:
         cell = log[i]
-        if index.get(cell.request_id) is cell:
+        if index.get(_key(cell)) is cell:
             return i
         i += 1
     return hi
@@ -307,7 +317,7 @@ def _settled(capacity: int, size: int, lo: int, hi: int, store: _Store) -> Stick
     """The new tip, compacting its log into a new store when it is mostly stale."""
     if hi > 2 * size + 32:  # the log, stale records and the dropped prefix included
         index = store.index
-        live = [c for c in store.log[lo:hi] if index.get(c.request_id) is c]
+        live = [c for c in store.log[lo:hi] if index.get(_key(c)) is c]
         # The old store keeps no tip (its last record is ours), so the index moves over.
         return StickyLru(capacity, size, 0, len(live), _Store(live, index))
     return StickyLru(capacity, size, lo, hi, store)

@@ -138,7 +138,8 @@ def _lru_rederive_ignores_deletions() -> Iterator[None]:
     def own(self: StickyLru) -> Any:
         store = self.store
         log = store.log[:self.hi]
-        index = {c.request_id: c for c in log[self.lo:] if c.server is not None}
+        records: list[Any] = log[self.lo:]  # (request_id, server) tuples
+        index = {c[0]: c for c in records if c[1] is not None}
         fresh = type(store)(log, index)  # deletion records not applied
         object.__setattr__(self, "store", fresh)
         return fresh

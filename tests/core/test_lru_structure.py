@@ -18,6 +18,7 @@ import pickle
 import random
 import sys
 import threading
+from typing import Any
 
 import pytest
 
@@ -79,7 +80,8 @@ def _agrees(lru: StickyLru, ref: Reference, keys: list[str]) -> None:
     # the representation's own invariants: a bounded log, and the tip's index = its items
     assert lru.lo <= lru.hi <= 2 * len(lru) + 33
     if len(lru.store.log) == lru.hi:
-        assert {k: c.server for k, c in lru.store.index.items()} == plain
+        index: dict[str, Any] = lru.store.index  # request_id -> (request_id, server)
+        assert {k: c[1] for k, c in index.items()} == plain
 
 
 def _random_op(rng: random.Random, lru: StickyLru, ref: Reference,
