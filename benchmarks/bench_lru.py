@@ -17,7 +17,13 @@ random key of a 16-server state with ``--entries`` pins plus the ``step`` of its
 (``kept_pair``), against PR #7435's class (benchmarks/bench_core.py's ``pr7435_class``
 on verl 0.9.1's) doing the same acquire and release (``pr7435_kept_pair``).
 
-Each is the best of ``--repeat`` runs of ``--ops`` operations on a map of ``--entries``
+Memory (``tracemalloc``, bytes per entry): the growth while ``--entries`` keys are put
+(``mem_after_puts``) and the peak, sampled every 500 operations, over ``3 x --entries``
+random touches after that (``mem_touching``): superseded records stay in the map's log
+until it is compacted, so the second is the steady-state cost. The LRUCache gets the same
+puts and touches.
+
+Each time is the best of ``--repeat`` runs of ``--ops`` operations on a map of ``--entries``
 entries, in nanoseconds of this process's CPU time per operation (``time.process_time``),
 including the Python loop that drives it (``loop`` is that loop alone). The touch and put
 runs start from the same map every repeat; for the persistent map that is an old version
@@ -31,6 +37,7 @@ prefix ``AFFINITY_BUILD=pure`` for the source, or put a compiled build first on
 from __future__ import annotations
 
 import argparse
+import gc
 import importlib
 import json
 import os
@@ -38,6 +45,7 @@ import platform
 import random
 import sys
 import time
+import tracemalloc
 from collections.abc import Callable
 from typing import Any
 
@@ -123,6 +131,42 @@ def measure(entries: int, ops: int, repeat: int, seed: int) -> dict[str, float]:
         cache_put()
     out["verl_put_evict"] = min(cache_put_time) / ops * 1e9
     out.update(_kept_pairs(keys, hits, repeat))
+    out.update(_memory(entries, seed))
+    return out
+
+
+def _memory(entries: int, seed: int) -> dict[str, float]:
+    """Bytes per entry after the puts, and the peak while touching (module docstring)."""
+    rng = random.Random(seed)
+    keys = [f"mem-{i:07d}-{rng.randrange(10**9)}" for i in range(entries)]
+    touches = [rng.choice(keys) for _ in range(3 * entries)]
+    servers = [f"http://10.0.0.{i}:8000" for i in range(16)]  # shared, as pool ids are
+    out: dict[str, float] = {}
+    for name in ("lru", "verl"):
+        gc.collect()
+        tracemalloc.start()
+        base = tracemalloc.get_traced_memory()[0]
+        holder: list[Any] = []
+        if name == "lru":
+            m = StickyLru(entries)
+            for i, key in enumerate(keys):
+                m = m.put(key, servers[i % 16])
+        else:
+            cache: LRUCache[str, str] = LRUCache(maxsize=entries)
+            for i, key in enumerate(keys):
+                cache[key] = servers[i % 16]
+        out[f"{name}_mem_after_puts"] = (tracemalloc.get_traced_memory()[0] - base) / entries
+        peak = 0
+        for n, key in enumerate(touches):
+            if name == "lru":
+                m = m.touch(key)
+            else:
+                _ = cache[key]
+            if n % 500 == 0:
+                peak = max(peak, tracemalloc.get_traced_memory()[0])
+        out[f"{name}_mem_touching"] = (peak - base) / entries
+        tracemalloc.stop()
+        holder.clear()
     return out
 
 
@@ -189,6 +233,9 @@ def main(argv: list[str] | None = None) -> int:
     print(f"  kept hit, acquire+release: core step {result['kept_pair']:7.0f}   "
           f"PR #7435 class {result['pr7435_kept_pair']:7.0f}   "
           f"ratio {result['kept_pair'] / result['pr7435_kept_pair']:5.2f}")
+    print(f"  bytes per entry after the puts: StickyLru {result['lru_mem_after_puts']:.0f}, "
+          f"LRUCache {result['verl_mem_after_puts']:.0f}; peak while touching: StickyLru "
+          f"{result['lru_mem_touching']:.0f}, LRUCache {result['verl_mem_touching']:.0f}")
     if args.json:
         record: dict[str, Any] = {"build": affinity_core.BUILD, "entries": args.entries,
                                   "ops": args.ops, "repeat": args.repeat,
