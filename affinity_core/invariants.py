@@ -113,7 +113,7 @@ def break_moves(pre: State, t: Transition) -> bool:
     return (
         o.previous is not None
         and o.server_id != o.previous
-        and t.state.lru.newest is not None
+        and len(t.state.lru) > 0
         and t.state.lru.items()[-1][1] == o.server_id
     )
 

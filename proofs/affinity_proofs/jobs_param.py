@@ -110,7 +110,8 @@ def z3_param_job(name: str, timeout_s: float = 30.0) -> list[Row]:
 STRUCTURE_MUTANTS = {
     "load_table": ("tie_count_sums_children", "load_summary_not_refreshed"),
     "sticky_lru": ("lru_touch_keeps_oldest", "lru_put_refreshes_in_place",
-                   "hit_does_not_refresh_lru", "lru_evicts_one_late"),
+                   "hit_does_not_refresh_lru", "lru_evicts_one_late",
+                   "lru_old_version_reuses_store", "lru_rederive_ignores_deletions"),
 }
 _STRUCTURE_ROWS = {  # structure -> (obligation, requirement ids, sizes)
     "load_table": (1, ("R-TIE-1", "R-POOL-1", "R-ST-1"),

@@ -111,7 +111,7 @@ def _evicts_one_late() -> Iterator[None]:
         return evolve(original(grown, request_id, server_id), capacity=self.capacity)
 
     def evicts(self: StickyLru, request_id: str) -> str | None:
-        return None if len(self) <= self.capacity else self.oldest
+        return None if len(self) <= self.capacity else self.items()[0][0]  # the oldest key
 
     with patched(StickyLru, "put", put), patched(StickyLru, "evicts_on_put", evicts):
         yield

@@ -7,7 +7,7 @@ The BFS and the small-world sweeps explore at most four servers, loads <= 4 and
 non-negative hashes. These mutants of the real core are invisible there and visible
 beyond: more than one leaf of the load table (N > 32), a gate's relative threshold at a
 minimum load >= 4, negative caller hashes, unkeyed requests under ``hashed`` ties, and
-the sticky map's recency list at its boundaries. They are refuted by
+the sticky map's recency list at its boundaries and its old versions. They are refuted by
 :mod:`.structures` and :mod:`.conformance_wide`, and kept out of
 :data:`~affinity_proofs.mutants.MUTANTS`, whose obligations schedule BFS searches that
 cannot see them. Like those, each monkeypatches the real core while applied.
@@ -100,9 +100,11 @@ def _lru_touch_keeps_oldest() -> Iterator[None]:
     original = StickyLru.touch
 
     def touch(self: StickyLru, request_id: str) -> StickyLru:
+        oldest = self.items()[0][0] if len(self) > 1 else None
         new = original(self, request_id)
-        if request_id == self.oldest and len(self) > 1:
-            return evolve(new, oldest=self.oldest)  # `oldest` not advanced
+        if request_id == oldest and new.store is self.store:
+            # `lo` (the least recent record) not advanced past the touched key's old record
+            return evolve(new, lo=self.lo)
         return new
 
     with patched(StickyLru, "touch", touch):
@@ -122,6 +124,30 @@ def _lru_put_refreshes_in_place() -> Iterator[None]:
         yield
 
 
+def _lru_old_version_reuses_store() -> Iterator[None]:
+    def tip(self: StickyLru) -> Any:
+        store = self.store
+        del store.log[self.hi:]  # cut the shared log back to this window instead of copying
+        return store  # ... and keep the newer version's index
+
+    with patched(StickyLru, "_tip", tip):
+        yield
+
+
+def _lru_rederive_ignores_deletions() -> Iterator[None]:
+    def own(self: StickyLru) -> Any:
+        store = self.store
+        log = store.log[:self.hi]
+        records: list[Any] = log[self.lo:]  # (request_id, server) tuples
+        index = {c[0]: c for c in records if c[1] is not None}
+        fresh = type(store)(log, index)  # deletion records not applied
+        object.__setattr__(self, "store", fresh)
+        return fresh
+
+    with patched(StickyLru, "_own", own):
+        yield
+
+
 BEYOND_SMALL_MUTANTS: tuple[Mutant, ...] = (
     Mutant("tie_count_sums_children", "load table: an internal node's tie count sums every "
            "child's, not only those at the minimum (N > 32)", (1,), _tie_count_sums_children),
@@ -134,9 +160,15 @@ BEYOND_SMALL_MUTANTS: tuple[Mutant, ...] = (
     Mutant("hashed_unkeyed_takes_first", "hashed ties: an unkeyed request takes tie 0, "
            "not its draw", (1,), _hashed_unkeyed_first),
     Mutant("lru_touch_keeps_oldest", "sticky map: touching the oldest entry leaves the "
-           "oldest pointer on it", (10,), _lru_touch_keeps_oldest),
+           "window's start (lo) on its old record", (10,), _lru_touch_keeps_oldest),
     Mutant("lru_put_refreshes_in_place", "sticky map: writing an existing key keeps its "
            "recency", (10,), _lru_put_refreshes_in_place),
+    Mutant("lru_old_version_reuses_store", "sticky map: an old version writes into the "
+           "shared log (cut back to its window) instead of a copy", (10,),
+           _lru_old_version_reuses_store),
+    Mutant("lru_rederive_ignores_deletions", "sticky map: an old version re-derives its "
+           "entries from the log without its deletion records", (10,),
+           _lru_rederive_ignores_deletions),
 )
 _BY_NAME = {m.name: m for m in BEYOND_SMALL_MUTANTS}
 

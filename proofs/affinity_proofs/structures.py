@@ -3,10 +3,12 @@
 Theory of operation
 -------------------
 ``LoadTable`` answers min, max, tie count and "k-th least-loaded in pool order" from a
-32-ary tree of summaries; ``StickyLru`` threads a recency list through a HAMT. Their
-shape changes at 32 and 1024 entries (one leaf, one internal level, two), so a check at
-three servers says nothing about 33. This module drives each structure through a seeded
-sequence of operations at sizes on both sides of every structural boundary and compares,
+32-ary tree of summaries, whose shape changes at 32 and 1024 entries (one leaf, one
+internal level, two), so a check at three servers says nothing about 33. ``StickyLru``
+keeps a write log shared between versions and compacts it when it exceeds ``2 x size +
+32`` records, so small capacities compact often and large ones rarely. This module
+drives each structure through a seeded sequence of operations at sizes on both sides of
+every structural boundary and compares,
 after **every** operation, each query with its plain definition over a list:
 
 * ``LoadTable`` (sizes 1, 31, 32, 33, 64, 65, 1024, 1025): ``items``, ``total``,
@@ -18,6 +20,9 @@ after **every** operation, each query with its plain definition over a list:
   (R-LRU-3, oldest first), ``len``, ``peek``, ``evicts_on_put`` and the bound (R-LRU-5)
   against a plain list with the R-LRU-1..4 rules; the keys come from a set of
   ``capacity + 2`` ids, so the map runs through empty, full minus one, full and eviction.
+  Old versions are kept and re-checked, and the run branches from them (persistence:
+  the map shares one write log between versions, and capacities 1-3 compact it every
+  few dozen writes).
 
 This is a check at these sizes, not a proof for every size; the sizes are the ones where
 the representation changes. :func:`run` returns the first disagreement (or None), so
@@ -107,12 +112,29 @@ def _lru_mismatch(lru: StickyLru, plain: list[tuple[str, str]], capacity: int) -
 
 
 def check_lru(capacity: int, operations: int, seed: int) -> str | None:
-    """None, or the first operation after which the map disagrees with the plain list."""
+    """None, or the first operation after which the map disagrees with the plain list.
+
+    Persistence is checked too: every 5th state is kept with a copy of its plain list;
+    every 16th step one kept state must still equal its list, and now and then (1 in 20
+    steps) the run continues from a kept state, so writes to old versions (which share
+    their log with newer ones) are exercised as the model checkers use them."""
     rng = random.Random(seed * 104729 + capacity)
+    branch_rng = random.Random(seed * 7919 + capacity)  # leaves rng's sequence as before
     keys = [f"r{i}" for i in range(capacity + 2)]
     lru = StickyLru(capacity)
     plain: list[tuple[str, str]] = []  # (key, server), oldest first
+    kept: list[tuple[StickyLru, list[tuple[str, str]]]] = []
     for step in range(operations):
+        if step % 5 == 0:
+            kept = [*kept[-15:], (lru, list(plain))]
+        if step % 16 == 15:
+            old, old_plain = branch_rng.choice(kept)
+            problem = _lru_mismatch(old, old_plain, capacity)
+            if problem:
+                return f"capacity {capacity}, step {step}, an old version changed: {problem}"
+        if branch_rng.random() < 0.05:
+            old, old_plain = branch_rng.choice(kept)
+            lru, plain = old, list(old_plain)
         key, server, op = rng.choice(keys), f"s{rng.randrange(4)}", rng.random()
         where = {k: j for j, (k, _) in enumerate(plain)}
         if op < 0.5:  # a write (R-LRU-3)
