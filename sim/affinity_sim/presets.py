@@ -1,4 +1,5 @@
-"""Built-in sweeps (``pr7435``, ``pr7435-scale[-ablation]``, ``smoke``, ``perf``), workload files.
+"""Built-in sweeps (``pr7435``, ``pr7435-scale[-ablation|-context-per-request]``, ``smoke``,
+``perf``), workload files.
 
 Theory of operation
 -------------------
@@ -152,11 +153,16 @@ def preset(name: str) -> Sweep:
         from .prscale import ablation_sweep
 
         return ablation_sweep()
+    if name == "pr7435-scale-context-per-request":
+        from .prscale_context import per_request_sweep
+
+        return per_request_sweep()
     raise PresetError(f"unknown preset {name!r}; accepted: {', '.join(PRESETS)} or a "
                       ".toml/.yaml workload file")
 
 
-PRESETS = ("pr7435", "pr7435-scale", "pr7435-scale-ablation", "smoke", "perf")
+PRESETS = ("pr7435", "pr7435-scale", "pr7435-scale-ablation", "pr7435-scale-context-per-request",
+           "smoke", "perf")
 
 
 def workload_preset(ref: str) -> Workload:

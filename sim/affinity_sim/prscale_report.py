@@ -5,8 +5,12 @@ Theory of operation
 ``affinity simulate --preset pr7435-scale --json A`` and ``--preset pr7435-scale-ablation
 --json B`` record every per-seed :class:`~affinity_sim.simulate.StepResult` and the
 paired summaries. This module only reads them back and prints the Markdown tables of the
-README (``python -m affinity_sim.prscale_report A [B]``), so every number there can be
-regenerated from the JSON files and checked. Rates are means over seeds of the per-step
+README (``python -m affinity_sim.prscale_report A [B] [C]``), so every number there can
+be regenerated from the JSON files and checked. ``C``, the ``--preset
+pr7435-scale-context-per-request`` record (:mod:`affinity_sim.prscale_context`), renders
+as the sensitivity table: its "mean prompt per request" is the legacy runs'
+``query_tokens / turns``, each admitted request's prompt counted once, as vLLM's
+``request_prompt_tokens`` histogram counts it. Rates are means over seeds of the per-step
 values; changes, intervals and p-values are the summaries' (paired median, order-statistic
 95% interval, Wilcoxon). "Within ±3 pt" compares the median change with the PR's, at
 the 0.1 point shown.
@@ -19,7 +23,7 @@ import statistics
 import sys
 from typing import Any
 
-__all__ = ["ablation_table", "policies_table", "prediction_table"]
+__all__ = ["ablation_table", "policies_table", "prediction_table", "sensitivity_table"]
 
 ROWS = ("ctx2k", "ctx9k", "ctx20k", "ctx9k-bigkv")
 
@@ -107,6 +111,43 @@ def ablation_table(record: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def _request_prompt(record: dict[str, Any], workload: str) -> float:
+    """Mean prompt tokens per admitted request of the legacy runs (vLLM's
+    ``request_prompt_tokens`` mean): ``query_tokens`` counts each admission's prompt once."""
+    runs = [r for r in record["results"] if r["workload"] == workload and r["policy"] == "legacy"]
+    tokens: int = sum(r["query_tokens"] for r in runs)
+    turns: int = sum(r["turns"] for r in runs)
+    return tokens / turns
+
+
+def sensitivity_table(scale: dict[str, Any], variant: dict[str, Any]) -> str:
+    """The per-request context reading next to the prediction and the PR, per row."""
+    medians = {w["name"]: w["output_tokens"]["median"] for w in variant["workloads"]}
+    lines = ["| workload | PR context | prediction: output median · mean prompt per request"
+             " | **per-request reading**: output median · mean prompt per request | baseline "
+             "hit (vLLM 0.24 metric) · at admission | PR margin 2 | prediction's margin 2 | "
+             "**per-request margin 2** [95% CI] | − PR | p | within ±3 pt |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
+    for row in ROWS:
+        ref = variant["reference"][row]
+        m2 = _summary(variant, row, "margin-2")
+        diff = (m2["median_change"] - ref["change"]) * 100
+        p = m2["p_value"]
+        base = next(w for w in scale["workloads"] if w["name"] == row)
+        lines.append(
+            f"| {row} | {ref['context']} | {base['output_tokens']['median']:,.0f} · "
+            f"{_request_prompt(scale, row):,.0f} | {medians[row]:,.0f} · "
+            f"**{_request_prompt(variant, row):,.0f}** | "
+            f"{_pct(_mean(variant, row, 'legacy', 'prefix_hit_rate'), False)} · "
+            f"{_pct(_mean(variant, row, 'legacy', 'admission_hit_rate'), False)} | "
+            f"{_pct(ref['change'])} ({ref['steps']}) | "
+            f"{_pct(_summary(scale, row, 'margin-2')['median_change'])} | "
+            f"**{_pct(m2['median_change'])}** [{_pct(m2['ci_low'])}, {_pct(m2['ci_high'])}] | "
+            f"{diff:+.1f} pt | {'—' if p is None else f'{p:.1e}'} | "
+            f"{'yes' if abs(round(diff, 1)) <= 3 else 'no'} |")
+    return "\n".join(lines)
+
+
 def _load(path: str) -> dict[str, Any]:
     with open(path, encoding="utf-8") as handle:
         record: dict[str, Any] = json.load(handle)
@@ -122,11 +163,18 @@ def main(paths: list[str]) -> None:
     scale = _load(paths[0])
     print(prediction_table(scale), end="\n\n")
     print(policies_table(scale), end="\n\n")
-    if len(paths) > 1:
-        print(ablation_table(_load(paths[1])))
+    for path in paths[1:]:
+        record = _load(path)
+        if record["sweep"] == "pr7435-scale-context-per-request":
+            print(sensitivity_table(scale, record), end="\n\n")
+        else:
+            print(ablation_table(record), end="\n\n")
 
+
+_USAGE = ("usage: python -m affinity_sim.prscale_report SCALE.json [ABLATION.json] "
+          "[CONTEXT-PER-REQUEST.json]")
 
 if __name__ == "__main__":
-    if not 1 <= len(sys.argv) - 1 <= 2:
-        sys.exit("usage: python -m affinity_sim.prscale_report SCALE.json [ABLATION.json]")
+    if not 1 <= len(sys.argv) - 1 <= 3:
+        sys.exit(_USAGE)
     main(sys.argv[1:])

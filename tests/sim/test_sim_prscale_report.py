@@ -4,7 +4,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from affinity_sim.prscale_report import ROWS, ablation_table, policies_table, prediction_table
+from affinity_sim.prscale_report import (
+    ROWS,
+    ablation_table,
+    policies_table,
+    prediction_table,
+    sensitivity_table,
+)
 
 
 def _record() -> dict[str, Any]:
@@ -53,3 +59,29 @@ def test_policies_and_ablation_tables() -> None:
     row = next(line for line in ablation if line.startswith("| no-difficulty |"))
     assert row.count("(same as the row)") == 3 and "m2 -9.0%" in row
     assert ablation[-1].startswith("| vLLM 0.24 hit metric") and "hit 30.0%" in ablation[-1]
+
+
+def _with_prompts(record: dict[str, Any], median: float, per_turn: int) -> dict[str, Any]:
+    """The record with output medians and per-run prompt tokens (2 seeds x 10 turns)."""
+    for r in record["results"]:
+        r["turns"] = 10
+        r["query_tokens"] = per_turn * 10 * (1 + r["seed"])  # seeds' means: per_turn x 1.5
+    record["workloads"] = [{"name": w["name"], "output_tokens": {"median": median}}
+                           for w in record["workloads"]]
+    return record
+
+
+def test_sensitivity_table_next_to_the_prediction() -> None:
+    scale = _with_prompts(_record(), 450.0, 1_000)
+    variant = _with_prompts(_record(), 1_367.0, 2_000)
+    variant["summary"] = [dict(s, median_change=-0.07) if s["policy"] == "margin-2" else s
+                          for s in variant["summary"]]
+    lines = sensitivity_table(scale, variant).splitlines()
+    ctx2k = next(line for line in lines if line.startswith("| ctx2k |"))
+    # prompt per request = sum(query_tokens) / sum(turns) of legacy: 1.5 x per_turn
+    assert "| 450 · 1,500 | 1,367 · **3,000** |" in ctx2k
+    assert "| 20.0% · 30.0% |" in ctx2k  # exported and at-admission hit, seed means
+    # the prediction's margin 2 (-2.0%) beside the variant's (-7.0%, PR -5.0%: +... -2 pt)
+    assert "| -2.0% | **-7.0%** [-3.0%, -1.0%] | -2.0 pt |" in ctx2k
+    assert ctx2k.endswith("| yes |")
+    assert len(lines) == 2 + len(ROWS)
