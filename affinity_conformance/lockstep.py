@@ -20,8 +20,9 @@ Tie modes (R-REL-2):
 * ``first`` -- exact: the core runs with ``tie_break="first"`` (or ``"hashed"`` when the
   case says so) and every choice must equal the core's;
 * ``any`` -- refinement: the core runs with ``tie_break="draw"``; a choice must be in
-  :func:`affinity_core.allowed`, and :func:`affinity_core.draw_for` feeds it back, so the
-  two states stay comparable after a random tie.
+  :func:`affinity_core.allowed`, and the tie draw that picks it (what
+  :func:`affinity_core.draw_for` returns) is fed back, so the two states stay comparable
+  after a random tie.
 
 The acquire's ``context_tokens`` (the context band's ``c``) reaches the implementation
 the way verl 0.9.1's client sends declared fields: only when the instance lists it in
@@ -54,6 +55,7 @@ from affinity_core import (
     Config,
     Event,
     HashMode,
+    LoadTable,
     ObserveLoads,
     Rejected,
     RejectReason,
@@ -63,7 +65,6 @@ from affinity_core import (
     StickyCacheCleared,
     TieBreak,
     allowed,
-    draw_for,
     initial_state,
     status,
     step,
@@ -192,32 +193,43 @@ class Lockstep:
                     f"IMPL raised {type(raised).__name__}({str(raised)!r}); the spec's "
                     f"rejection carries verl's exact text {NO_SERVERS_MESSAGE!r}", ["R-ACQ-5"])
             return self._advance(event, t.state, t.outcome)
-        reference_outcome = step(config, pre, event).outcome
-        assert isinstance(reference_outcome, Acquired)
-        reference = reference_outcome.server_id
         random_tie = config.tie_break is TieBreak.DRAW or (
             config.tie_break is TieBreak.HASHED and event.request_id is None)
         exact = self.tie_mode == "first" or not random_tie
+        # Everything read from ``pre`` is read before ``pre`` is stepped: a stepped state's
+        # sticky map is no longer its log's tip, and the next read of it re-derives the
+        # whole map (StickyLru, "a non-tip version"), once per acquire here.
+        victim = _victim(pre, event)
+        fed = event if exact or raised is not None else _with_choice(pre.pool, event, chosen)
+        t = step(config, pre, event)
+        assert isinstance(t.outcome, Acquired)
+        reference = t.outcome.server_id
         ok = chosen == reference if exact else chosen in permitted_set
         if raised is not None or not ok:
+            # A divergence ends the run: this one re-derivation of pre's map is paid once.
             words, reqs = explain_acquire(config, pre, event, chosen if raised is None else None,
                                           permitted, reference if exact else None,
                                           self._evicted)
             if raised is not None:
                 words += f" (IMPL raised {type(raised).__name__}: {raised})"
             return self._divergence(words, reqs)
-        if not exact:
+        if fed != event:  # IMPL took another tied server: step the draw that picks it
             self.random_ties += chosen != reference
-            event = _with_choice(config, pre, event, str(chosen))
-        t = step(config, pre, event)
-        return self._advance(event, t.state, t.outcome)
+            event = fed
+            t = step(config, pre, event)  # the one re-derivation such an acquire costs
+        return self._advance(event, t.state, t.outcome, victim)
 
-    def _advance(self, event: Event, state: State, outcome: object) -> Divergence | None:
-        """Commit the step; never diverges (returns None so callers can return it)."""
+    def _advance(self, event: Event, state: State, outcome: object,
+                 victim: tuple[str, str] | None = None) -> Divergence | None:
+        """Commit the step; never diverges (returns None so callers can return it).
+
+        ``victim`` is the entry an acquire's write would evict, read before stepping."""
         if isinstance(outcome, Acquired) and outcome.evicted is not None:
-            old = self.state.lru.peek(outcome.evicted)
-            if old is not None:
-                self._evicted[outcome.evicted] = (len(self._descriptions) - 1, old)
+            if victim is None or victim[0] != outcome.evicted:
+                old = self.state.lru.peek(outcome.evicted)  # not expected: read it late
+                victim = None if old is None else (outcome.evicted, old)
+            if victim is not None:
+                self._evicted[victim[0]] = (len(self._descriptions) - 1, victim[1])
         self.fed.append(event)
         self.state = state
         return None
@@ -301,14 +313,24 @@ def acquire_extra(field: str | None, context_tokens: int | None) -> dict[str, An
     return {field: ids}
 
 
-def _with_choice(config: Config, pre: State, event: Acquire, chosen: str) -> Acquire:
-    """The event whose tie draw makes the core pick ``chosen`` (refinement, R-REL-2)."""
-    if config.tie_break is TieBreak.DRAW:
-        fed = draw_for(config, pre, event, chosen)
-        assert fed is not None
-        return fed
-    ties = pre.pool.least_loaded_all()  # hashed tie-break, unkeyed: the draw decides
+def _with_choice(pool: LoadTable, event: Acquire, chosen: object) -> Acquire:
+    """The event whose tie draw makes the core pick ``chosen`` (refinement, R-REL-2).
+
+    ``chosen`` is one of the permitted servers (checked by the caller), so only the pool's
+    ties matter: this is :func:`draw_for` without its permission check, which would read
+    the sticky map. Under ``hashed`` (unkeyed) the draw decides as it does under ``draw``.
+    """
+    ties = pool.least_loaded_all() if len(pool) else ()
     return evolve(event, tie_draw=ties.index(chosen)) if chosen in ties else event
+
+
+def _victim(pre: State, event: Acquire) -> tuple[str, str] | None:
+    """The entry (key, server) of ``pre``'s sticky map that ``event``'s write would evict."""
+    if event.request_id is None:
+        return None
+    key = pre.lru.evicts_on_put(event.request_id)
+    server = None if key is None else pre.lru.peek(key)
+    return None if key is None or server is None else (key, server)
 
 
 def _requirements_for(op: str) -> list[str]:

@@ -191,6 +191,9 @@ def trace_features(config: Config, servers: Sequence[str], events: Sequence[Even
     removed: set[str] = set()
     for event in events:
         pre = state
+        # Read from ``pre`` before stepping it: a stepped state's sticky map re-derives
+        # itself on its next read (StickyLru, "a non-tip version").
+        ties = isinstance(event, Acquire) and len(allowed(config, pre, event)) > 1
         t = step(config, state, event)
         outcome = t.outcome
         if isinstance(outcome, Acquired):
@@ -199,7 +202,7 @@ def trace_features(config: Config, servers: Sequence[str], events: Sequence[Even
                 seen |= _band_features(config, pre, event, outcome)
             if outcome.evicted is not None:
                 seen.add("eviction")
-            if isinstance(event, Acquire) and len(allowed(config, pre, event)) > 1:
+            if ties:
                 seen.add("tie")
         elif isinstance(outcome, Rejected):
             seen.add(f"rejected:{outcome.reason.value}")
@@ -257,11 +260,12 @@ def abstract_steps(config: Config, servers: Sequence[str],
     state = initial_state(config, servers)
     items: set[tuple[Any, ...]] = set()
     for event in events:
+        shape = _shape(config, state, event)  # before stepping (see trace_features)
         t = step(config, state, event)
         o = t.outcome
         detail = (o.path.value, o.evicted is not None) if isinstance(o, Acquired) else (
             o.result.value if isinstance(o, Released) else type(o).__name__)
-        items.add((_shape(config, state, event), type(event).__name__, detail))
+        items.add((shape, type(event).__name__, detail))
         state = t.state
     return items
 

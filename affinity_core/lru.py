@@ -57,8 +57,8 @@ never changed once written, so a window always means the same entries.
   is redone on an owned store. This is what makes sharing one version between threads
   safe; it relies only on ``list.append`` and single reads being atomic (CPython).
 
-Equality, hashing, iteration and pickling go through the entries in recency order, never
-through the representation: two maps with the same capacity and the same items in the
+Equality, hashing, iteration, repr and pickling go through the entries in recency order,
+never through the representation: two maps with the same capacity and the same items in the
 same order are equal and hash alike, whatever their histories.
 """
 
@@ -272,6 +272,11 @@ class StickyLru(Value):
     def __hash__(self) -> int:
         # Canonical: capacity and entries in recency order, never the representation.
         return ("StickyLru", self.capacity, self.items()).__hash__()
+
+    def __repr__(self) -> str:
+        # The entries, not the fields: ``lo``, ``hi`` and the store are where the entries
+        # are kept, so equal maps showed different reprs (and none showed its entries).
+        return f"StickyLru(capacity={self.capacity!r}, items={self.items()!r})"
 
     def __reduce__(self) -> tuple[Any, ...]:
         return _restore, (self.capacity, self.items())

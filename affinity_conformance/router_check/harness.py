@@ -172,10 +172,14 @@ async def run_trace(target: Target, fleet: RecordingFleet, http: aiohttp.ClientS
                 count_band(config, state, event, result.band)
                 fed = draw_for(config, state, event, chosen)
                 assert fed is not None
+                # Read the entry the write would evict before stepping: once stepped, this
+                # state's sticky map is no longer its log's tip and the next read of it
+                # re-derives the whole map (StickyLru, "a non-tip version").
+                gone = state.lru.evicts_on_put(fed.request_id) if fed.request_id else None
+                old = None if gone is None else state.lru.peek(gone)
                 transition = step(config, state, fed)
                 if isinstance(transition.outcome, Acquired) and transition.outcome.evicted:
-                    gone = transition.outcome.evicted
-                    old = state.lru.peek(gone)
+                    assert transition.outcome.evicted == gone, "the core evicts the oldest key"
                     if old is not None:
                         evicted[gone] = (index, old)
                 state = transition.state

@@ -50,6 +50,7 @@ from affinity_core import (
     Release,
     Released,
     ReleaseResult,
+    StickyLru,
     acquire_event,
     initial_state,
     release_event,
@@ -193,7 +194,10 @@ def test_native_values_behave_as_the_attrs_classes_they_replace(value: Value) ->
     fields = {n: getattr(value, n) for n in names}
     twin_cls = attrs.make_class(cls.__name__, list(names), frozen=True)
     twin = twin_cls(**fields)
-    assert repr(value) == repr(twin)
+    if isinstance(value, StickyLru):  # its fields are a representation: repr shows entries
+        assert repr(value) == f"StickyLru(capacity={value.capacity!r}, items={value.items()!r})"
+    else:
+        assert repr(value) == repr(twin)
     copy = cls(**fields)
     assert copy == value and (copy != value) is False and hash(copy) == hash(value)
     assert value != twin and value != tuple(fields.values())

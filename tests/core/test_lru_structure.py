@@ -7,8 +7,9 @@ with a plain list, oldest first. It also checks what the shared-log representati
 
 * persistence: every old version still answers as it did, after any later operation on
   it or on versions derived from it, including branches and concurrent threads;
-* canonical equality and hashing: the same capacity and items in the same order are
-  equal and hash alike, whatever the history (touches, deletions, evictions, compactions);
+* canonical equality, hashing and repr: the same capacity and items in the same order
+  are equal, hash alike and print alike, whatever the history (touches, deletions,
+  evictions, compactions);
 * the log stays bounded (compaction), and the tip's index holds exactly its entries.
 """
 
@@ -182,6 +183,7 @@ def test_equal_items_in_equal_order_are_equal_and_hash_alike(items: Plain) -> No
     for m in maps:
         assert m.items() == tuple(items)
         assert m == maps[0] and (m != maps[0]) is False and hash(m) == hash(maps[0])
+        assert repr(m) == f"StickyLru(capacity=5, items={tuple(items)!r})"  # not the log
     assert len({*maps}) == 1
     if len(items) > 1:
         swapped = StickyLru.from_items(5, tuple(reversed(items)))
