@@ -50,6 +50,8 @@ Sources and a-priori assumptions (sim/README.md, "PR scale", repeats them with r
 
 :data:`ABLATIONS` removes one modelled feature at a time (``affinity simulate --preset
 pr7435-scale-ablation``), the evidence for which feature moves which number.
+:mod:`affinity_sim.prscale_context` reads the PR's context as the mean prompt per
+request instead (``--preset pr7435-scale-context-per-request``, a sensitivity run).
 """
 
 from __future__ import annotations
