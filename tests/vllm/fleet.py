@@ -159,9 +159,10 @@ def assert_replays(*paths: Any) -> int:
 
 
 async def raw_exchange(port: int, raw: bytes, *, pause: float = 0.0, rest: bytes = b"",
-                       timeout: float = 5.0) -> bytes:
-    """Send raw bytes (optionally ``rest`` after ``pause`` s) and read until the router
-    closes the connection or ``timeout``."""
+                       timeout: float = 5.0, to_eof: bool = False) -> bytes:
+    """Send raw bytes (optionally ``rest`` after ``pause`` s) and read the answer: the
+    first chunk the router sends (up to 1 MiB), or with ``to_eof`` everything until it
+    closes the connection. Either way, at most ``timeout`` s."""
     reader, writer = await asyncio.open_connection("127.0.0.1", port)
     try:
         writer.write(raw)
@@ -171,7 +172,7 @@ async def raw_exchange(port: int, raw: bytes, *, pause: float = 0.0, rest: bytes
         if rest:
             writer.write(rest)
             await writer.drain()
-        return await asyncio.wait_for(reader.read(1 << 20), timeout)
+        return await asyncio.wait_for(reader.read(-1 if to_eof else 1 << 20), timeout)
     finally:
         writer.close()
 

@@ -14,12 +14,11 @@ Every case ends with the router idle: no in-flight count, lease or active reques
 
 from __future__ import annotations
 
-import asyncio
 import logging
 
 import pytest
 
-from .fleet import Fleet, fleet, run, settle
+from .fleet import Fleet, fleet, raw_exchange, run, settle
 
 COMPLETION = b'{"model": "tiny", "prompt": "hi", "max_tokens": 2}'
 
@@ -33,18 +32,7 @@ def _post(body: bytes, length: int | None = None, session: bytes = b"k") -> byte
 async def _read_to_close(port: int, raw: bytes, *, then: bytes = b"", pause: float = 0.0,
                          timeout: float = 5.0) -> bytes:
     """Send ``raw`` (and ``then`` after ``pause`` s); read until the router closes."""
-    reader, writer = await asyncio.open_connection("127.0.0.1", port)
-    try:
-        writer.write(raw)
-        await writer.drain()
-        if pause:
-            await asyncio.sleep(pause)
-        if then:
-            writer.write(then)
-            await writer.drain()
-        return await asyncio.wait_for(reader.read(), timeout)  # read() = to EOF
-    finally:
-        writer.close()
+    return await raw_exchange(port, raw, pause=pause, rest=then, timeout=timeout, to_eof=True)
 
 
 def _responses(data: bytes) -> list[tuple[int, bytes, bytes]]:
