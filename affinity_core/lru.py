@@ -50,8 +50,9 @@ never changed once written, so a window always means the same entries.
   entries do not change, only where they are kept, so a reader never sees a difference;
   the swap is one reference store, so a concurrent reader sees the old store or the new
   one, both complete. From then on that version is the tip of its own store. So a caller
-  that keeps using an old state (the model checkers branch; a harness reads the state
-  before an event after stepping it) pays O(size) once per such state, not per access.
+  that keeps using an old state (the model checkers branch on purpose) pays O(size)
+  once per such state, not per access; per-event callers read what they need from a
+  state before stepping it (the lockstep, the router check's harness).
 * **Readers validate.** A read of the tip's index is trusted only if the log length is
   still ``hi`` after the read; otherwise a writer claimed the tip meanwhile and the read
   is redone on an owned store. This is what makes sharing one version between threads
