@@ -213,10 +213,13 @@ class Lockstep:
             if raised is not None:
                 words += f" (IMPL raised {type(raised).__name__}: {raised})"
             return self._divergence(words, reqs)
-        if fed != event:  # IMPL took another tied server: step the draw that picks it
+        if not exact:
             self.random_ties += chosen != reference
+            if chosen != reference:  # IMPL took another tied server: step the draw for it
+                t = step(config, pre, fed)  # the one re-derivation such an acquire costs
+            # else the draw only changes which tie would be taken, and the same server was:
+            # the transition (state and outcome) is the reference's, so it is kept as is.
             event = fed
-            t = step(config, pre, event)  # the one re-derivation such an acquire costs
         return self._advance(event, t.state, t.outcome, victim)
 
     def _advance(self, event: Event, state: State, outcome: object,
