@@ -45,7 +45,8 @@ __all__ = ["apply", "main", "run_verify"]
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def _snapshot(dest: Path, worktree: bool) -> None:
+def _snapshot(dest: Path, worktree: bool, commit: str) -> None:
+    """The tree to mutate: the tracked files of the work tree, or ``commit``'s tree."""
     if worktree:
         files = subprocess.run(["git", "ls-files", "-z"], cwd=ROOT, check=True,
                                capture_output=True).stdout.decode().split("\0")
@@ -55,7 +56,7 @@ def _snapshot(dest: Path, worktree: bool) -> None:
                 (dest / name).parent.mkdir(parents=True, exist_ok=True)
                 (dest / name).write_bytes(src.read_bytes())
         return
-    data = subprocess.run(["git", "archive", "HEAD"], cwd=ROOT, check=True,
+    data = subprocess.run(["git", "archive", commit], cwd=ROOT, check=True,
                           capture_output=True).stdout
     with tarfile.open(fileobj=BytesIO(data)) as tar:
         tar.extractall(dest, filter="data")
@@ -119,10 +120,15 @@ def run_verify(tree: Path, scope: str, workers: int, timeout: float,
             if proc.returncode not in (0, 1) or "(no report)" in failing else []}
 
 
-def _commit(worktree: bool) -> str:
-    head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT,
+def _head() -> str:
+    """HEAD's full commit id, resolved once: the snapshot and the report name the same one
+    even if HEAD moves while the audit runs."""
+    return subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, check=True,
                           capture_output=True, text=True).stdout.strip()
-    return head + (" + work tree" if worktree else "")
+
+
+def _commit(head: str, worktree: bool) -> str:
+    return head[:12] + (" + work tree" if worktree else "")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -147,7 +153,8 @@ def main(argv: list[str] | None = None) -> int:
     results: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory(prefix="mutation-audit-") as scratch:
         tree = Path(scratch)
-        _snapshot(tree, args.worktree)
+        head = _head()
+        _snapshot(tree, args.worktree, head)
         for m in mutants:  # every snippet must apply before any run starts
             (tree / m.path).write_text(apply(tree, m), encoding="utf-8")
         baseline: frozenset[str] = frozenset()
@@ -181,7 +188,7 @@ def main(argv: list[str] | None = None) -> int:
     killed = sum(1 for r in counted if r["verdict"] == "killed")
     survivors = [str(r["id"]) for r in counted if r["verdict"] != "killed"]
     summary = {"scope": args.scope, "workers": args.workers, "mutants": len(results),
-               "baseline_failing": sorted(baseline), "commit": _commit(args.worktree),
+               "baseline_failing": sorted(baseline), "commit": _commit(head, args.worktree),
                "non_equivalent": len(counted), "killed": killed,
                "kill_rate": round(killed / len(counted), 4) if counted else None,
                "survivors": survivors,
