@@ -35,9 +35,9 @@ __all__ = ["LazyDecoders", "Request"]
 class Request:
     """One turn of one trajectory, as the replica sees it."""
 
-    __slots__ = ("admitted", "decoding", "done", "epoch", "group_key", "mark", "own_blocks",
-                 "phase", "preempted", "prefill_left", "prefill_pos", "remaining", "shared",
-                 "tokens", "traj")
+    __slots__ = ("admitted", "cached", "decoding", "done", "epoch", "group_key", "mark",
+                 "own_blocks", "phase", "preempted", "prefill_left", "prefill_pos", "remaining",
+                 "shared", "tokens", "traj")
 
     def __init__(self, env: simpy.Environment, traj: int, group_key: int, shared: int,
                  prompt_tokens: int, output_tokens: int) -> None:
@@ -55,6 +55,9 @@ class Request:
         self.phase = 0  # (tokens - 1 - mark) mod block size, fixed while decoding
         self.epoch = 0  # bumped when it starts or stops decoding (stale heap entries)
         self.admitted = 0  # admission sequence number: the running order
+        # Prompt tokens found in the prefix cache at the first admission: what vLLM reports
+        # to the client as usage.prompt_tokens_details.cached_tokens.
+        self.cached = 0
         self.done = env.event()
 
 

@@ -208,6 +208,7 @@ class Replica(LazyDecoders):
         else:
             self.query_tokens += request.tokens
             self.hit_tokens += hit_tokens
+            request.cached = hit_tokens
         return True
 
     def _schedule_prefill(self, decoding: int, headroom: int, admit: bool = True

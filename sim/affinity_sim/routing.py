@@ -26,7 +26,11 @@ Built-in policy names (:func:`parse_policy`):
 * ``least-loaded``: unkeyed requests, no stickiness;
 * ``band-mM-TT-capC``: the context band (SPEC section 7.5), ``affinity_break_margin=M``,
   ``affinity_break_tokens=T``, ``affinity_break_band_cap=C``: a pin is kept while its load
-  is at most ``min + min(M + c // T, C)`` for a turn of ``c`` prompt tokens.
+  is at most ``min + min(M + c // T, C)`` for a turn of ``c`` prompt tokens;
+* ``band-mM-TT-capC-reuse``: the same core configuration, but the simulated adapter sends
+  ``c`` scaled by the pinned replica's observed reuse (``context_source = "reuse"``, see
+  :func:`reuse_scaled_context`): the prompt tokens a break would throw away, as a router
+  can estimate them from vLLM's per-response ``cached_tokens``.
 
 Users add a policy with a table naming any core ``Config`` fields, e.g.
 ``{name = "m3", affinity_break_margin = 3}``; the core validates it.
@@ -62,6 +66,7 @@ __all__ = [
     "Balancer",
     "PolicyError",
     "PolicySpec",
+    "ReuseMeter",
     "parse_policies",
     "parse_policy",
 ]
@@ -72,10 +77,11 @@ DEFAULT_POLICIES = (
     "dual-4", "dual-8", "dual-64", "least-loaded",
 )
 _NAME_FORMS = ("legacy, null, margin-N, dual-ABS, dual-ABS-REL, band-mM-TT-capC, "
-               "least-loaded, or a table")
+               "band-mM-TT-capC-reuse, least-loaded, or a table")
+CONTEXT_SOURCES = ("prompt", "reuse")
 _TABLE_KEYS = {"name", "affinity_break_margin", "balance_abs_threshold",
                "balance_rel_threshold", "tie_break", "sticky", "max_cache_size",
-               "affinity_break_tokens", "affinity_break_band_cap"}
+               "affinity_break_tokens", "affinity_break_band_cap", "context_source"}
 
 
 class PolicyError(ValueError):
@@ -95,6 +101,9 @@ class PolicySpec:
     max_cache_size: int = 10000
     affinity_break_tokens: int | None = None  # the context band's T (SPEC section 7.5)
     affinity_break_band_cap: int | None = None  # the context band's cap
+    # What the adapter sends as context_tokens: the prompt length, or the prompt length
+    # scaled by the pinned replica's observed reuse. The core never sees the difference.
+    context_source: str = "prompt"
 
     def config(self, default_tie_break: str = "draw") -> Config:
         gate = None
@@ -120,6 +129,7 @@ class PolicySpec:
             "sticky": self.sticky,
             "affinity_break_tokens": self.affinity_break_tokens,
             "affinity_break_band_cap": self.affinity_break_band_cap,
+            "context_source": self.context_source,
         }
 
 
@@ -136,11 +146,12 @@ def _from_name(name: str) -> PolicySpec:
         rel = Fraction(match.group(2)) if match.group(2) else Fraction(3, 2)
         return PolicySpec(name=name, balance_abs_threshold=int(match.group(1)),
                           balance_rel_threshold=rel)
-    match = re.fullmatch(r"band-m(\d+)-T(\d+)-cap(\d+)", name)
+    match = re.fullmatch(r"band-m(\d+)-T(\d+)-cap(\d+)(-reuse)?", name)
     if match:
-        margin, tokens, cap = (int(g) for g in match.groups())
+        margin, tokens, cap = (int(g) for g in match.groups()[:3])
         return PolicySpec(name=name, affinity_break_margin=margin,
-                          affinity_break_tokens=tokens, affinity_break_band_cap=cap)
+                          affinity_break_tokens=tokens, affinity_break_band_cap=cap,
+                          context_source="reuse" if match.group(4) else "prompt")
     raise PolicyError(f"unknown policy {name!r}; accepted: {_NAME_FORMS}")
 
 
@@ -173,6 +184,9 @@ def parse_policy(spec: str | Mapping[str, Any] | PolicySpec) -> PolicySpec:
         policy = _from_table(spec)
     else:
         raise PolicyError(f"a policy is a name or a table, got {spec!r}; accepted: {_NAME_FORMS}")
+    if policy.context_source not in CONTEXT_SOURCES:
+        raise PolicyError(f"policy {policy.name!r}: context_source must be one of "
+                          f"{list(CONTEXT_SOURCES)}, got {policy.context_source!r}")
     try:
         policy.config()
     except (ConfigError, TypeError) as exc:
@@ -190,6 +204,42 @@ def parse_policies(specs: Iterable[str | Mapping[str, Any] | PolicySpec]) -> lis
     if BASELINE not in names:
         policies.insert(0, parse_policy(BASELINE))
     return policies
+
+
+class ReuseMeter:
+    """What a router learns from vLLM's responses: each replica's reuse of continuing turns.
+
+    A *continuing* turn is one served by the replica that served its session's previous
+    turn. When it completes, vLLM reports its prompt length and the part of it found in the
+    prefix cache (``usage.prompt_tokens_details.cached_tokens``); the meter sums both per
+    replica over the step. A break throws away what the pinned replica still holds of the
+    session, and the replica's reuse so far estimates that fraction: near 0 on a replica
+    whose cache thrashes (a break loses nothing), near 1 on a warm one. So the reuse source
+    sends ``c * hits // lookups`` -- the prompt length itself until the replica has
+    completed a continuing turn (no evidence yet: the plain band). Integer arithmetic, so
+    the value the core sees is exact.
+    """
+
+    __slots__ = ("hits", "lookups")
+
+    def __init__(self) -> None:
+        self.lookups: dict[str, int] = {}
+        self.hits: dict[str, int] = {}
+
+    def record(self, server_id: str, prompt_tokens: int, cached_tokens: int) -> None:
+        """A continuing turn on ``server_id`` completed with these usage numbers."""
+        if not 0 <= cached_tokens <= prompt_tokens:
+            raise ValueError(f"cached_tokens must be in [0, prompt_tokens={prompt_tokens}], "
+                             f"got {cached_tokens}")
+        self.lookups[server_id] = self.lookups.get(server_id, 0) + prompt_tokens
+        self.hits[server_id] = self.hits.get(server_id, 0) + cached_tokens
+
+    def scaled(self, server_id: str, prompt_tokens: int) -> int:
+        """The context a session pinned to ``server_id`` sends for a ``prompt_tokens`` turn."""
+        lookups = self.lookups.get(server_id, 0)
+        if lookups == 0:
+            return prompt_tokens
+        return prompt_tokens * self.hits[server_id] // lookups
 
 
 class Balancer:

@@ -10,7 +10,9 @@ Each trajectory is a simpy process, launched at t = 0 in plan order (verl's agen
 starts the whole batch at once). For every turn it:
 
 1. waits ``acquire_latency_s`` (the awaited ``acquire_server`` RPC), then acquires with
-   ``context_tokens`` = the turn's prompt length: the balancer's state changes at that
+   ``context_tokens`` = the turn's prompt length (under a ``context_source = "reuse"``
+   policy: that length scaled by the reuse the previous turn's replica has shown,
+   :class:`~affinity_sim.routing.ReuseMeter`): the balancer's state changes at that
    instant;
 2. submits the turn to the chosen replica and waits for its last token;
 3. schedules the release ``release_delay_s`` later *without waiting for it* -- verl's
@@ -37,7 +39,7 @@ import simpy
 from affinity_core import Path
 
 from .replica import QueueTracker, Replica, Request
-from .routing import Balancer, PolicySpec
+from .routing import Balancer, PolicySpec, ReuseMeter
 from .workload import TrajectoryPlan, Workload, plan_step
 
 __all__ = ["StepResult", "simulate_step"]
@@ -97,6 +99,7 @@ class _Step:
         self.balancer = Balancer(config, self.server_ids, policy.sticky,
                                  random.Random(f"ties:{seed}"))
         self.plans = plans
+        self.reuse = ReuseMeter() if policy.context_source == "reuse" else None
         self.unfinished = len(plans)
         self.all_done = self.env.event()
         self.self_count = 0
@@ -112,6 +115,8 @@ class _Step:
         group_key = -1 - plan.group
         context = plan.prompt_tokens
         pending = [False]  # the previous turn's release has not reached the balancer yet
+        previous: str | None = None  # the replica that served the previous turn
+        reuse = self.reuse
         last = len(plan.outputs) - 1
         for turn, output in enumerate(plan.outputs):
             if w.acquire_latency_s > 0:
@@ -123,11 +128,17 @@ class _Step:
             if pending[0]:
                 self.self_count += 1
             # The turn's prompt is the conversation so far: what prompt_ids carries.
-            server = self.balancer.acquire(plan.request_id, context)
+            sent = context
+            if reuse is not None and previous is not None:
+                sent = reuse.scaled(previous, context)
+            server = self.balancer.acquire(plan.request_id, sent)
             request = Request(env, plan.index, group_key, shared, context, output)
             self.replicas[server].submit(request)
             self.turns += 1
             yield request.done
+            if reuse is not None and server == previous:
+                reuse.record(server, context, request.cached)
+            previous = server
             if slot is not None:
                 assert self.slots is not None
                 self.slots.release(slot)
