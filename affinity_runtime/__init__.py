@@ -3,8 +3,9 @@
 The core (:mod:`affinity_core`) does no I/O; the conformance tooling
 (:mod:`affinity_conformance`) checks what the adapters did. This package holds the runtime
 pieces both adapters share and the checker reads: the decision-log writer and its format
-(:mod:`affinity_runtime.decision_log`) and the single-writer path lock
-(:mod:`affinity_runtime.path_lock`). It never imports conformance or test tooling.
+(:mod:`affinity_runtime.decision_log`), the single-writer path lock
+(:mod:`affinity_runtime.path_lock`) and the per-backend reuse meter that feeds the context
+band (:mod:`affinity_runtime.reuse`). It never imports conformance or test tooling.
 """
 
 from .decision_log import (
@@ -15,6 +16,7 @@ from .decision_log import (
     DecisionLogWriter,
     state_summary,
 )
+from .reuse import ReuseMeter
 
 __all__ = [
     "DEFAULT_DIGEST_EVERY",
@@ -22,5 +24,6 @@ __all__ = [
     "PROBLEM_KINDS",
     "DecisionLogLocked",
     "DecisionLogWriter",
+    "ReuseMeter",
     "state_summary",
 ]

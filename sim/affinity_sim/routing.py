@@ -59,6 +59,7 @@ from affinity_core import (
     initial_state,
     step,
 )
+from affinity_runtime import ReuseMeter
 
 __all__ = [
     "BASELINE",
@@ -204,42 +205,6 @@ def parse_policies(specs: Iterable[str | Mapping[str, Any] | PolicySpec]) -> lis
     if BASELINE not in names:
         policies.insert(0, parse_policy(BASELINE))
     return policies
-
-
-class ReuseMeter:
-    """What a router learns from vLLM's responses: each replica's reuse of continuing turns.
-
-    A *continuing* turn is one served by the replica that served its session's previous
-    turn. When it completes, vLLM reports its prompt length and the part of it found in the
-    prefix cache (``usage.prompt_tokens_details.cached_tokens``); the meter sums both per
-    replica over the step. A break throws away what the pinned replica still holds of the
-    session, and the replica's reuse so far estimates that fraction: near 0 on a replica
-    whose cache thrashes (a break loses nothing), near 1 on a warm one. So the reuse source
-    sends ``c * hits // lookups`` -- the prompt length itself until the replica has
-    completed a continuing turn (no evidence yet: the plain band). Integer arithmetic, so
-    the value the core sees is exact.
-    """
-
-    __slots__ = ("hits", "lookups")
-
-    def __init__(self) -> None:
-        self.lookups: dict[str, int] = {}
-        self.hits: dict[str, int] = {}
-
-    def record(self, server_id: str, prompt_tokens: int, cached_tokens: int) -> None:
-        """A continuing turn on ``server_id`` completed with these usage numbers."""
-        if not 0 <= cached_tokens <= prompt_tokens:
-            raise ValueError(f"cached_tokens must be in [0, prompt_tokens={prompt_tokens}], "
-                             f"got {cached_tokens}")
-        self.lookups[server_id] = self.lookups.get(server_id, 0) + prompt_tokens
-        self.hits[server_id] = self.hits.get(server_id, 0) + cached_tokens
-
-    def scaled(self, server_id: str, prompt_tokens: int) -> int:
-        """The context a session pinned to ``server_id`` sends for a ``prompt_tokens`` turn."""
-        lookups = self.lookups.get(server_id, 0)
-        if lookups == 0:
-            return prompt_tokens
-        return prompt_tokens * self.hits[server_id] // lookups
 
 
 class Balancer:
