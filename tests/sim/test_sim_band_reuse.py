@@ -1,8 +1,9 @@
 """The context band fed by observed reuse (``band-...-reuse``): what the simulated adapter sends.
 
-Cites SPEC R-BAND-1 (the core decides with whatever ``context_tokens`` the adapter sends)
-and R-BAND-3 (a band whose context is 0 is the margin rule). The reuse source is a
-simulator-side adapter choice: the core configuration is the same as the plain band's.
+Cites SPEC R-BAND-6 (the reuse-scaled context: what the simulated adapter sends), R-BAND-1
+(the core decides with whatever ``context_tokens`` arrives) and R-BAND-3 (a band whose context
+is 0 is the margin rule). The reuse source is an adapter choice: the core configuration is
+the same as the plain band's. The meter itself is tested in tests/runtime/test_reuse_meter.py.
 """
 
 from __future__ import annotations
@@ -37,23 +38,6 @@ def test_bad_context_sources_name_the_value(spec: Any, fragment: str) -> None:
     with pytest.raises(PolicyError) as info:
         parse_policy(spec)
     assert fragment in str(info.value)
-
-
-def test_the_meter_scales_by_each_replicas_reuse_with_integer_arithmetic() -> None:
-    meter = ReuseMeter()
-    assert meter.scaled("a", 9000) == 9000  # no evidence yet: the prompt length
-    meter.record("a", 1000, 250)
-    meter.record("a", 3000, 750)  # a: 1,000 of 4,000 looked-up tokens were cached
-    meter.record("b", 500, 500)
-    assert meter.scaled("a", 9000) == 2250
-    assert meter.scaled("a", 3) == 0  # floor, never a float
-    assert meter.scaled("b", 777) == 777
-    assert meter.scaled("c", 123) == 123
-    for bad in (-1, 1001):
-        expected = rf"cached_tokens must be in \[0, prompt_tokens=1000\], got {bad}"
-        with pytest.raises(ValueError, match=expected):
-            meter.record("a", 1000, bad)
-    assert meter.scaled("a", 4000) == 1000  # the refused records changed nothing
 
 
 def _sent_contexts(monkeypatch: pytest.MonkeyPatch, policy: str, **changes: object
