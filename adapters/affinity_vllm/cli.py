@@ -76,6 +76,18 @@ def register(parser: argparse.ArgumentParser) -> None:
                        "/tokenize (on failure: the estimate, counted in /metrics "
                        "context_sources_total), 'off' counts nothing (the band is the "
                        "margin) (default: %(default)s)")
+    route.add_argument("--context-reuse", action="store_true",
+                       help="context band: scale the prompt length of a request whose session "
+                       "is pinned to backend P by P's observed prefix reuse, c * cached // "
+                       "looked-up tokens, summed over P's continuing (kept) turns since it "
+                       "joined the pool (cumulative, no window): on a backend whose cache "
+                       "thrashes a break throws little away, so the band stays narrow. Needs "
+                       "--affinity-break-tokens, not --context-tokens off. The vLLM servers "
+                       "must run with --enable-prompt-tokens-details: otherwise responses "
+                       "carry no cached_tokens, nothing is recorded (/metrics "
+                       "reuse_reports_total{result=\"no_usage\"}) and c stays the prompt "
+                       "length; streams report usage only when the client asks "
+                       "stream_options.include_usage (default: off)")
     route.add_argument("--tie-break", choices=["first", "draw", "hashed"],
                        default=d.tie_break.default,
                        help="how to choose among equally loaded backends: first in pool "
@@ -203,7 +215,7 @@ def options_from_args(args: argparse.Namespace) -> RouterOptions:
         backends=tuple(args.backend), margin=args.margin, tie_break=args.tie_break,
         affinity_break_tokens=args.affinity_break_tokens,
         affinity_break_band_cap=args.affinity_break_band_cap,
-        context_tokens=args.context_tokens,
+        context_tokens=args.context_tokens, context_reuse=args.context_reuse,
         seed=args.seed, full_determinism=args.full_determinism, hash_mode=args.hash_mode,
         cache_size=args.cache_size, lease_accounting=args.lease_accounting,
         session_header=args.session_header, session_body_field=args.session_body_field,

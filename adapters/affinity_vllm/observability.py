@@ -31,6 +31,10 @@ Metric names (all prefixed ``affinity_router_``):
 * ``context_sources_total{source}`` -- with the context band: keyed requests by where
   their prompt length came from (ids, estimate, tokenize, tokenize_fallback: a failed
   /tokenize call, estimated instead; :mod:`~affinity_vllm.context`);
+* ``reuse_reports_total{backend,result}``, ``backend_prefix_reuse{backend}`` -- with
+  ``--context-reuse``: kept 200 responses by what their usage gave the reuse meter, and
+  each backend's cached / looked-up ratio (:mod:`~affinity_vllm.usage`, which registers
+  and updates them itself);
 * ``routing_overhead_seconds`` -- histogram, per proxied request, of the time from the
   request's first byte to the first byte written to the backend: HTTP parsing, body
   check, session key, the core step and the connection borrow;
@@ -52,6 +56,7 @@ from .routing import RoutingTable
 if TYPE_CHECKING:
     from .context import ContextCounter
     from .health import BackendHealth
+    from .usage import ReuseFeed
 
 __all__ = ["BackendReport", "RouterMetrics"]
 
@@ -130,6 +135,7 @@ class RouterMetrics:
                                   "estimate, tokenize, tokenize_fallback)", ["source"])
         self.health: dict[str, BackendHealth] = {}
         self.context: ContextCounter | None = None  # set by the router with the band
+        self.reuse: ReuseFeed | None = None  # set by the proxy with --context-reuse
         self.connections = 0
         self.retries.samples[()] = 0.0
         self.client_disconnects.samples[()] = 0.0
@@ -208,4 +214,6 @@ class RouterMetrics:
                 "affinity_break_tokens": config.affinity_break_tokens,
                 "affinity_break_band_cap": config.affinity_break_band_cap,
                 "context_tokens": self.context.mode, "sources": dict(self.context.sources)}
+            if self.reuse is not None:
+                out["context_band"]["reuse"] = self.reuse.status()
         return out

@@ -109,6 +109,14 @@ def _in_range(name: str, low: float, high: float, integral: bool = False) -> Any
     return check
 
 
+def _flag(name: str) -> Any:
+    def check(_inst: Any, _attr: Any, value: Any) -> None:
+        if not isinstance(value, bool):
+            raise OptionsError(f"{name} must be True or False, got {value!r}")
+
+    return check
+
+
 def _header_name(_inst: Any, _attr: Any, value: Any) -> None:
     ok = isinstance(value, str) and value != "" and all(
         c.isalnum() or c in "-_" for c in value
@@ -143,6 +151,7 @@ class RouterOptions:
     affinity_break_tokens: int | None = None  # the context band (SPEC §7.5)
     affinity_break_band_cap: int | None = None
     context_tokens: str = attrs.field(default="estimate", validator=_context_mode)
+    context_reuse: bool = attrs.field(default=False, validator=_flag("context_reuse"))
     tie_break: str = "draw"
     full_determinism: bool = False
     hash_mode: str = "stable"
@@ -201,6 +210,14 @@ class RouterOptions:
             raise OptionsError(f"ejection_max must be >= ejection_base ({self.ejection_base:g})"
                                f", got {self.ejection_max!r}")
         self.core_config()  # margin, band, tie_break, hash_mode: fail now, in the core's words
+        if self.context_reuse and self.affinity_break_tokens is None:
+            raise OptionsError("context_reuse scales the context band's c, so it needs "
+                               "affinity_break_tokens (an integer >= 1), got None "
+                               "(--context-reuse without --affinity-break-tokens)")
+        if self.context_reuse and self.context_tokens == "off":
+            raise OptionsError("context_reuse scales the prompt length, which context_tokens "
+                               "'off' never counts; accepted with it: estimate, tokenize "
+                               "(--context-reuse with --context-tokens off)")
 
     def core_config(self) -> Config:
         try:

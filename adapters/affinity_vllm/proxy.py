@@ -29,6 +29,12 @@ session key (a pinned session is re-placed, path ``reselected``), otherwise it i
 unkeyed acquire (least loaded, the session's pin untouched). A read timeout is never
 retried: the backend may still be working on it.
 
+**Context reuse** (``--context-reuse``, :mod:`affinity_vllm.usage`). Each acquire of a
+pinned key sends ``c`` scaled by the pinned backend's observed reuse (the retry's acquire
+re-reads the pin). A 200 response on a ``kept`` lease is relayed exactly as above, while a
+bounded copy of its end is kept; once it has reached the client complete, its usage
+feeds the meter. Without the option no copy is kept and nothing is parsed.
+
 **Health.** Every outcome is reported to :mod:`affinity_vllm.health`, which may eject the
 backend (5xx or connect-error runs) -- a read timeout is counted but never ejects.
 
@@ -55,6 +61,7 @@ from .upstream import (
     UpstreamPool,
     UpstreamTimeout,
 )
+from .usage import ReuseFeed, UsageTail
 
 __all__ = ["HOP_BY_HOP", "RELAY_BUFFER", "Proxy"]
 
@@ -97,6 +104,15 @@ class Proxy:
         self.pool = pool
         self._report = report  # the health book: success, 5xx, connect errors, timeouts
         self._sid_bytes: dict[str, bytes] = {}
+        # --context-reuse: c scaled by the pinned backend's reuse, fed by kept responses.
+        self.reuse = ReuseFeed(table, metrics.registry) if options.context_reuse else None
+        metrics.reuse = self.reuse
+
+    def left_pool(self, sid: str) -> None:
+        """``sid`` was removed or ejected: with ``--context-reuse`` its reuse evidence goes
+        (a returning backend starts afresh; its cache may be cold)."""
+        if self.reuse is not None:
+            self.reuse.forget(sid)
 
     def _head(self, request: IncomingRequest, backend: str) -> bytes:
         _, _, host = self.pool.address(backend)
@@ -123,7 +139,9 @@ class Proxy:
 
         ``context_tokens`` is the context band's ``c`` (None without the band)."""
         client = request.connection
-        lease = self.table.acquire(key, context_tokens)
+        reuse = self.reuse
+        lease = self.table.acquire(key, context_tokens if reuse is None
+                                   else reuse.context(key, context_tokens))
         if not isinstance(lease, Lease):
             client.respond(503, error_body(503, lease.message, "no_backend_available"), _JSON)
             return 503
@@ -141,8 +159,10 @@ class Proxy:
                 # backend busier); keep the key only if the failure took it out of the pool.
                 self.metrics.retries.inc()
                 retry_key = None if self.table.is_active(lease.server_id) else key
-                retry = self.table.acquire(retry_key,
-                                           None if retry_key is None else context_tokens)
+                retry_context = None if retry_key is None else context_tokens
+                if reuse is not None:  # the pin may have changed with the failure: re-read
+                    retry_context = reuse.context(retry_key, retry_context)
+                retry = self.table.acquire(retry_key, retry_context)
                 held, lease = lease, retry if isinstance(retry, Lease) else lease
                 self.table.release(held)
                 held = None
@@ -205,7 +225,13 @@ class Proxy:
                 self._report(sid, "5xx", status)
                 return _RETRY, 0, measured
             self._report(sid, "5xx" if status >= 500 else "ok", status)
-            await self._relay(client, upstream, sid, status, tags)
+            reuse = self.reuse
+            if reuse is None or status != 200 or lease.path != "kept":
+                await self._relay(client, upstream, sid, status, tags, None)
+            else:  # a continuing turn: its usage feeds the reuse meter once it is relayed
+                tail = UsageTail()
+                if await self._relay(client, upstream, sid, status, tags, tail):
+                    reuse.finished(sid, tail)
             return _DONE, status, measured
         finally:
             upstream.done()
@@ -227,13 +253,17 @@ class Proxy:
         return _DONE
 
     async def _relay(self, client: ClientConnection, upstream: UpstreamConnection, sid: str,
-                     status: int, tags: list[tuple[bytes, bytes]]) -> None:
+                     status: int, tags: list[tuple[bytes, bytes]], tail: UsageTail | None
+                     ) -> bool:
+        """Relay the response; True when it reached the client complete. ``tail``
+        (``--context-reuse``) gets a copy of the body's end."""
         headers = end_to_end(upstream.headers) + tags
         streaming = any(n == b"content-type" and v.startswith(b"text/event-stream")
                         for n, v in upstream.headers)
         if streaming:
-            await self._relay_stream(client, upstream, sid, status, headers)
-            return
+            if tail is not None:
+                tail.stream = True
+            return await self._relay_stream(client, upstream, sid, status, headers, tail)
         # Hold up to RELAY_BUFFER: a small body goes out in one write with its length.
         held: list[bytes] = []
         size = 0
@@ -243,7 +273,9 @@ class Proxy:
                 if not data:
                     body = b"".join(held)
                     client.respond(status, body, headers)
-                    return
+                    if tail is not None:
+                        tail.hold(body)
+                    return True
                 held.append(data)
                 size += len(data)
         except UpstreamError as exc:
@@ -252,7 +284,7 @@ class Proxy:
             self._fail(client, 504 if timed_out else 502,
                        f"backend {sid} failed while sending its response: {exc}",
                        "upstream_error", tags)
-            return
+            return False
         length = next((int(v) for n, v in upstream.headers
                        if n == b"content-length" and v.strip().isdigit()), None)
         client.start_response(status, headers, length)
@@ -260,25 +292,32 @@ class Proxy:
             data = b"".join(held)
             while data:
                 waiting = client.send(data)
+                if tail is not None:
+                    tail.add(data)
                 if waiting is not None:
                     await waiting
                 data = await upstream.read()
         except UpstreamError as exc:
             self._report(sid, exc.kind, None)
             client.abort()  # the head is out: cut the body so the client sees it is short
-            return
+            return False
         client.finish()
+        return True
 
     async def _relay_stream(self, client: ClientConnection, upstream: UpstreamConnection,
-                            sid: str, status: int, headers: list[tuple[bytes, bytes]]) -> None:
+                            sid: str, status: int, headers: list[tuple[bytes, bytes]],
+                            usage: UsageTail | None) -> bool:
         client.start_response(status, headers, None)
         tail = b"\n\n"
+        complete = True
         try:
             while True:
                 data = await upstream.read()
                 if not data:
                     break
                 waiting = client.send(data)
+                if usage is not None:
+                    usage.add(data)
                 if waiting is not None:
                     await waiting
                 tail = (tail + data)[-2:]
@@ -290,4 +329,6 @@ class Proxy:
             # Terminate a half-relayed event first so the error is an event of its own.
             prefix = b"" if tail == b"\n\n" else b"\n\n"
             client.send(prefix + b"data: " + json.dumps(error).encode() + b"\n\n")
+            complete = False
         client.finish()
+        return complete

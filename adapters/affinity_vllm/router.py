@@ -220,6 +220,7 @@ class Router:
     def _pool_change(self, sid: str, change: PoolChange, why: str) -> None:
         if change is PoolChange.REMOVE and self.table.remove(sid):
             self.pool.drop(sid)
+            self.proxy.left_pool(sid)
             state = self.health[sid]
             log.warning("backend %s out of the pool (%s; %s, back-off %.1f s)", sid, why,
                         state.state.value, state.backoff())
