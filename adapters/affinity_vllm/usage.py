@@ -197,11 +197,15 @@ class ReuseFeed:
         elif not self.table.is_active(sid):
             result = "left_pool"
         else:
-            self.meter.record(sid, *parsed)  # validated by _numbers: cannot raise
-            cached, looked_up = self.meter.reuse(sid)
-            if looked_up:
-                self.ratio.set(sid, value=cached / looked_up)
-            result = "recorded"
+            try:
+                self.meter.record(sid, *parsed)  # _numbers validated them; the meter too
+            except ValueError:
+                result = "invalid"
+            else:
+                cached, looked_up = self.meter.reuse(sid)
+                if looked_up:
+                    self.ratio.set(sid, value=cached / looked_up)
+                result = "recorded"
         self.reports.inc(sid, result)
         return result
 

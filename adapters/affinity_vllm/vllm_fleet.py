@@ -11,7 +11,8 @@ Theory of operation
    own process group and pinned to its own core (``VLLM_CPU_OMP_THREADS_BIND=i``), in
    the lean CI configuration: ``--enforce-eager``, ``--num-gpu-blocks-override`` blocks
    of 128 tokens, ``--max-model-len 1024``, ``--enable-prefix-caching``, a 1 GiB KV
-   space;
+   space, and ``--enable-prompt-tokens-details`` (responses report their cached prompt
+   tokens, which ``affinity serve --context-reuse`` reads);
 3. waits for every ``/health`` to answer 200 (default 180 s), failing early with the
    server's log tail if a process exits;
 4. on exit -- also after an exception -- sends SIGTERM to each process group, waits,
@@ -105,6 +106,7 @@ class VllmFleet:
                    "--model", str(self.model_dir), "--served-model-name", SERVED_MODEL_NAME,
                    "--host", "127.0.0.1", "--port", str(port),
                    "--enable-prefix-caching", "--enforce-eager",
+                   "--enable-prompt-tokens-details",  # usage.cached_tokens: --context-reuse
                    "--num-gpu-blocks-override", str(self.gpu_blocks),
                    "--max-model-len", str(self.max_model_len), "--dtype", "bfloat16",
                    "--max-num-seqs", str(self.max_num_seqs), "--seed", "0"]

@@ -217,3 +217,43 @@ def test_context_band_counts_tokens_with_real_vllm(servers: VllmFleet, tmp_path:
                 if not r.is_header and r.data["event"]["op"] == "acquire"]
         assert seen == expected and all(isinstance(c, int) and c > 0 for c in expected)
     run(scenario(), timeout=180)
+
+
+def test_context_reuse_records_real_vllms_cached_tokens(servers: VllmFleet,
+                                                        tmp_path: Path) -> None:
+    """``--context-reuse`` against real vLLM (started with ``--enable-prompt-tokens-
+    details``): a continuing turn's response carries ``cached_tokens``, the router records
+    exactly what the client received, and the next turn's ``c`` is scaled by it."""
+    from affinity_conformance.decision_log import read_log
+
+    log = tmp_path / "reuse.ndjson"
+    turns = [list(range(5, 305)), list(range(5, 405)), list(range(5, 505))]
+
+    async def scenario() -> None:
+        options = {"margin": 0, "affinity_break_tokens": 64, "affinity_break_band_cap": 2,
+                   "tie_break": "first", "context_reuse": True, "decision_log": str(log)}
+        async with router_over(servers.urls, **options) as router, \
+                aiohttp.ClientSession() as client:
+            usages = []
+            for ids in turns:
+                async with client.post(f"http://127.0.0.1:{router.port}/v1/completions",
+                                       headers={"x-session-id": "reuse"},
+                                       json={"model": "tiny", "max_tokens": 2,
+                                             "prompt": ids}) as resp:
+                    assert resp.status == 200, await resp.text()
+                    usages.append((await resp.json())["usage"])
+            await wait_until(lambda: router.active_requests == 0, what="the last release")
+            first = servers.urls[0]
+            reuse = router.proxy.reuse
+            assert reuse is not None
+            kept = [(u["prompt_tokens_details"]["cached_tokens"], u["prompt_tokens"])
+                    for u in usages[1:]]
+            assert all(0 < cached <= prompt for cached, prompt in kept), usages
+            assert reuse.meter.reuse(first) == (sum(c for c, _ in kept),
+                                                sum(p for _, p in kept))
+            assert reuse.reports.samples[first, "recorded"] == 2
+        seen = [r.data["event"].get("context_tokens") for r in read_log(log)
+                if not r.is_header and r.data["event"]["op"] == "acquire"]
+        cached, prompt = kept[0]
+        assert seen == [300, 400, 500 * cached // prompt]
+    run(scenario(), timeout=180)
