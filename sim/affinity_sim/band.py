@@ -28,7 +28,8 @@ t_legacy`` in points, its median with the order-statistic 95% interval, and the
 Wilcoxon p of the two step-time samples. "Best fixed margin" is the margin policy with
 the lowest median change on that workload, named in the table.
 
-``python -m affinity_sim.band RECORD.json --band NAME [--png PATH]`` prints the
+``python -m affinity_sim.band RECORD.json [MORE.json ...] --band NAME [--seeds A-B]
+[--png PATH]`` (several records are merged by seed, :mod:`affinity_sim.records`) prints the
 per-policy table, the head-to-head table and every policy's gap to the best fixed
 margin (:func:`regret_table`) as Markdown (for sim/README.md) and draws one
 panel per workload.
@@ -37,7 +38,6 @@ panel per workload.
 from __future__ import annotations
 
 import argparse
-import json
 import re
 import statistics
 import sys
@@ -48,6 +48,7 @@ from typing import Any
 import attrs
 
 from .costmodel import ReplicaModel
+from .records import load, merge_records, parse_seed_ranges, select_seeds
 from .stats import median_ci, wilcoxon_p
 from .workload import Workload, plan_step
 
@@ -326,12 +327,24 @@ def plot(record: Mapping[str, Any], path: str | Path, band: str) -> None:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m affinity_sim.band", description=(
         "Head-to-head table of a context-band policy against margin 2 and the best fixed "
-        "margin, from an `affinity simulate --json` record."))
-    parser.add_argument("record", help="the run record (JSON) of a sweep that ran the band")
+        "margin, from `affinity simulate --json` records (several are merged by seed)."))
+    parser.add_argument("record", nargs="+",
+                        help="run records (JSON); rows they share must agree")
     parser.add_argument("--band", required=True, help="the band policy's name in the record")
+    parser.add_argument("--seeds", default=None, metavar="A-B[,C-D]",
+                        help="use only these seeds (every policy summarized on the same seeds)")
     parser.add_argument("--png", default=None, help="also draw one panel per workload here")
     args = parser.parse_args(argv)
-    record = json.loads(Path(args.record).read_text(encoding="utf-8"))
+    try:
+        if len(args.record) == 1 and args.seeds is None:
+            record = load(args.record[0])
+        else:
+            record = merge_records([(path, load(path)) for path in args.record])
+            if args.seeds is not None:
+                record = select_seeds(record, parse_seed_ranges(args.seeds))
+    except (OSError, ValueError) as exc:  # RecordError and bad JSON are ValueErrors
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     if not any(row["policy"] == args.band for row in record["results"]):
         names = sorted({row["policy"] for row in record["results"]})
         print(f"--band {args.band!r} is not in the record; accepted: {names}", file=sys.stderr)
