@@ -93,7 +93,7 @@ def register(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--policies", type=_csv, default=None, metavar="P1,P2,...",
         help="comma-separated policies: legacy, margin-N, dual-ABS[-REL], "
-             "band-mM-TT-capC (the context band), least-loaded "
+             "band-mM-TT-capC (the context band; -reuse: fed observed reuse), least-loaded "
              f"(default: the preset's, normally {','.join(DEFAULT_POLICIES)}); legacy is "
              "always added as the baseline")
     parser.add_argument("--workloads", type=_csv, default=None, metavar="W1,W2,...",
