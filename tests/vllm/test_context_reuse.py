@@ -1,4 +1,6 @@
-"""``affinity serve --context-reuse``: the context band's ``c`` scaled by observed reuse.
+"""``affinity serve --context-reuse``: the context band's ``c`` scaled by observed reuse
+(SPEC R-BAND-6: ``c = prompt * H_p // Q_p`` over completed kept turns on the pinned ``p``;
+no valid usage adds nothing; a server leaving the pool loses its sums).
 
 Fast tier. Stub backends report ``usage.prompt_tokens_details.cached_tokens`` from their
 block prefix cache; a small fake backend (:func:`_fake`) answers with whatever body a test

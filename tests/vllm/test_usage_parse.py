@@ -1,8 +1,9 @@
 """``affinity_vllm.usage``: reading vLLM's usage from the end of a relayed response.
 
 Pure tests (no sockets): :func:`parse_usage` on whole JSON bodies, tails of large ones
-and event streams, and :class:`UsageTail`'s bound. ``--context-reuse`` (R-BAND-1's ``c``
-scaled by observed reuse) relies on these to record only well-formed reports.
+and event streams, and :class:`UsageTail`'s bound. ``--context-reuse`` (SPEC R-BAND-6:
+a turn whose response reports no valid usage adds nothing) relies on these to record only
+well-formed reports.
 """
 
 from __future__ import annotations
