@@ -17,7 +17,7 @@ from .jobs import describe
 from .report import OBLIGATIONS, MutantVerdict, Row
 from .scopes import Scope
 
-__all__ = ["config_job", "decision_table_job"]
+__all__ = ["config_job", "decision_table_job", "input_rows"]
 
 
 def decision_table_job(scope: Scope) -> list[Row]:
@@ -82,4 +82,35 @@ def config_job() -> list[Row]:
                  "; ".join(examples) if examples else
                  "stable_hash test values; P[h mod n] with h = -1 and a huge negative h; "
                  "sorted(P)[crc32 mod n] on unsorted pools, with and without request_hash")
-    return [table, worked]
+    return [table, worked, *input_rows()]
+
+
+def input_rows() -> list[Row]:
+    """Obligation 19 beyond the configuration: the event edge-value table (R-EV-2), the
+    encoding's round trip (R-CODEC-1) and the derived flags, each with its control."""
+    from . import input_table
+    from .mutants import by_name
+
+    rows = []
+    for method, check, control, scope, reqs, held in (
+            ("event edge-value table", input_table.check_events, "tie_draw_negative_accepted",
+             "every field of the 6 events", ("R-EV-1", "R-EV-2"),
+             "accepted values stored as given, refused ones raise EventError naming the "
+             "field and the value"),
+            ("encoding round trip", input_table.check_codec, "request_hash_zero_not_encoded",
+             "events, configurations, traced states", ("R-CODEC-1", "R-CFG-6", "R-OBS-2"),
+             "decode(encode(x)) == x through canonical text; defaults omitted, nothing else"),
+            ("derived configuration flags", input_table.check_derived,
+             "context_band_under_determinism", "policy, context_band, evaluates_pins",
+             ("R-POL-1", "R-BAND-5", "R-DET-4"), "every flag as SPEC's words define it")):
+        start = time.perf_counter()
+        checked, problems = check()
+        with by_name(control).applied():
+            _, found = check()
+        rows.append(Row(19, method, f"{checked} values: {scope}", not problems,
+                        time.perf_counter() - start,
+                        (MutantVerdict(control, describe(control), bool(found),
+                                       "; ".join(found[:1]) or "every value as SPEC says"),),
+                        "; ".join(problems) if problems else f"{checked} values: {held}",
+                        requirements=reqs, evidence={"values": checked}))
+    return rows

@@ -61,6 +61,7 @@ from .mutants_base import (
     allowed_mod,
     patched,
 )
+from .mutants_inputs import INPUT_MUTANTS
 
 __all__ = ["MUTANTS", "Mutant", "by_name", "patched"]
 
@@ -306,6 +307,7 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant("cache_size_zero_accepted", "max_cache_size 0 is accepted", (19,),
            _cache_size_zero_accepted),
     *BAND_MUTANTS,
+    *INPUT_MUTANTS,
 )
 
 _BY_NAME = {m.name: m for m in MUTANTS}

@@ -1,0 +1,302 @@
+"""Obligation 19, continued: the events the core refuses, and the encoding's round trip.
+
+Theory of operation
+-------------------
+Event validation (R-EV-2) is, like configuration validation, a total function from field
+values to "accepted as X" or "refused", and it is checked the same way: :data:`EVENT_CASES`
+lists the edge values of every field of every event (each side of every bound, booleans
+where integers are expected, strings where lists are, empty and lone-surrogate ids,
+duplicates) with what SPEC section 4 says (the ``expect`` column is written from the
+spec, not from the code). :func:`check_events` builds each with the real constructor and
+demands: an accepted value is stored exactly (same value, same type); a refused one raises
+:class:`~affinity_core.EventError` whose message names the field and the value. An event
+that does not exist cannot reach :func:`~affinity_core.step`, so "a refused event changes
+nothing" holds by construction once the refusal happens at construction.
+
+:func:`check_codec` holds the encoding (R-CODEC-1) to SPEC's text on the same values:
+every accepted event and every configuration of the configuration table survives
+``decode(encode(x)) == x`` through canonical text; an event's optional field is present
+iff it differs from its default (``tie_draw`` 0, null), so ``request_hash`` 0 and
+``context_tokens`` 0 are written; the band's keys appear iff they are set; the refused
+values of an acquire are refused by the decoder too (a ``CodecError``). States reached by
+a fixed trace (external loads, a full sticky map, leases, non-ASCII ids) must round-trip,
+encode ``servers`` as in-flight counts (R-OBS-2) and print non-ASCII ids unescaped; a
+lease-mode state given without its book decodes with one fresh epoch per server, and a
+load given as a boolean is refused.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from typing import Any
+
+import attrs
+
+import affinity_core.codec as codec
+from affinity_core import (
+    Acquire,
+    AddServers,
+    Config,
+    EventError,
+    ObserveLoads,
+    Release,
+    RemoveServers,
+    initial_state,
+    step,
+)
+from affinity_core.codec import CodecError
+from affinity_core.events import ClearStickyCache, Event
+
+__all__ = ["EVENT_CASES", "EventCase", "check_codec", "check_derived", "check_events"]
+
+_REFUSED = object()
+_SURROGATE = "\ud800"
+
+
+@attrs.frozen
+class EventCase:
+    field: str  # the field the message must name
+    value: Any
+    expect: Any  # the stored value, or _REFUSED
+    build: Callable[[Any], Event]
+    read: Callable[[Any], Any]
+
+
+def _cases() -> list[EventCase]:
+    out: list[EventCase] = []
+
+    def add(field: str, build: Callable[[Any], Event], accepted: list[tuple[Any, Any]],
+            refused: list[Any]) -> None:
+        def read(e: Any) -> Any:
+            return getattr(e, field)
+        out.extend(EventCase(field, v, want, build, read) for v, want in accepted)
+        out.extend(EventCase(field, v, _REFUSED, build, read) for v in refused)
+
+    ids_ok = [("a", "a"), ("é", "é"), ("a b", "a b"), ("x" * 300, "x" * 300)]
+    ids_bad = ["", _SURROGATE, "a" + _SURROGATE, 1, b"a", True, ["a"]]
+    # R-EV-1, R-EV-2: acquire -- request_id an id or null; tie_draw an integer >= 0;
+    # request_hash any integer or null; context_tokens an integer >= 0 or null.
+    add("request_id", lambda v: Acquire(request_id=v), [(None, None), *ids_ok], ids_bad)
+    add("tie_draw", lambda v: Acquire(request_id="r", tie_draw=v),
+        [(0, 0), (1, 1), (2**70, 2**70)], [-1, -(2**70), True, False, 1.0, 0.0, None, "1"])
+    add("request_hash", lambda v: Acquire(request_id="r", request_hash=v),
+        [(None, None), (0, 0), (-1, -1), (2**70, 2**70), (-(2**70), -(2**70))],
+        [True, False, 1.0, 0.0, "1", []])
+    add("context_tokens", lambda v: Acquire(request_id="r", context_tokens=v),
+        [(None, None), (0, 0), (1, 1), (10**12, 10**12)],
+        [-1, -(2**70), True, False, 1.0, 0.0, "1", []])
+    # release: server_id an id; request_id an id or null.
+    add("server_id", lambda v: Release(server_id=v), ids_ok, [*ids_bad, None])
+    add("request_id", lambda v: Release(server_id="s", request_id=v),
+        [(None, None), *ids_ok], ids_bad)
+    # add_servers: a list (not a bare string) of pairwise distinct ids.
+    lists_ok = [([], ()), (["a"], ("a",)), (("b", "a"), ("b", "a")), (["é", "a"], ("é", "a"))]
+    lists_bad = ["ab", "a", None, 1, {"a"}, [""], [1], ["a", None], [_SURROGATE]]
+    add("server_ids", lambda v: AddServers(server_ids=v), lists_ok,
+        [*lists_bad, ["a", "a"], ["a", "b", "a"]])
+    # remove_servers MAY repeat ids.
+    add("server_ids", lambda v: RemoveServers(server_ids=v),
+        [*lists_ok, (["a", "a"], ("a", "a"))], lists_bad)
+    # observe_loads: pairs of an id and an integer >= 0, with distinct ids.
+    add("observed", lambda v: ObserveLoads(observed=v),
+        [([], ()), ([("a", 0)], (("a", 0),)), ([["a", 3], ["b", 0]], (("a", 3), ("b", 0))),
+         ([("a", 2**70)], (("a", 2**70),))],
+        [[("a", -1)], [("a", True)], [("a", 1.0)], [("a", None)], [("a", 1), ("a", 2)],
+         "ab", [("a",)], [("a", 1, 2)], [("", 1)], [(1, 1)], [(_SURROGATE, 1)], None])
+    return out
+
+
+EVENT_CASES: tuple[EventCase, ...] = tuple(_cases())
+
+
+def _same(got: Any, want: Any) -> bool:
+    # 1 == 1.0 == True: the stored value must also have the spec's type, all the way down.
+    return bool(got == want) and repr(got) == repr(want)
+
+
+# The names a refusal may give the field: an id inside a list is "server id".
+_FIELD_NAMES = {"server_ids": ("server_ids", "server id"), "observed": ("observed", "server id")}
+
+
+def _names(case: EventCase, message: str) -> bool:
+    if not any(n in message for n in _FIELD_NAMES.get(case.field, (case.field,))):
+        return False
+    # a scalar field's message also shows the value; a list's shows the offending item
+    return case.field in _FIELD_NAMES or repr(case.value) in message
+
+
+def check_events() -> tuple[int, list[str]]:
+    """(cases checked, problems) over :data:`EVENT_CASES`."""
+    problems: list[str] = []
+    for case in EVENT_CASES:
+        try:
+            event = case.build(case.value)
+        except EventError as exc:
+            if case.expect is not _REFUSED:
+                problems.append(f"{case.field}={case.value!r} refused ({exc}); SPEC accepts "
+                                f"it as {case.expect!r}")
+            elif not _names(case, str(exc)):
+                problems.append(f"{case.field}={case.value!r}: the message {str(exc)!r} "
+                                "does not name the field and the value (R-EV-2)")
+            continue
+        except Exception as exc:  # a refusal must be an EventError, never a crash
+            problems.append(f"{case.field}={case.value!r} raised {type(exc).__name__}: "
+                            f"{exc} instead of an EventError")
+            continue
+        if case.expect is _REFUSED:
+            problems.append(f"{type(event).__name__} {case.field}={case.value!r} accepted; "
+                            "SPEC refuses it (R-EV-2)")
+        elif not _same(case.read(event), case.expect):
+            problems.append(f"{case.field}={case.value!r} stored as {case.read(event)!r}, "
+                            f"SPEC says {case.expect!r}")
+    return len(EVENT_CASES), problems
+
+
+def _through_text(value: Any) -> Any:
+    return json.loads(codec.canonical_dumps(value))
+
+
+def _check_event_codec(problems: list[str]) -> None:
+    events: list[Event] = [ClearStickyCache()]
+    for case in EVENT_CASES:
+        if case.expect is not _REFUSED:
+            events.append(case.build(case.value))
+    defaults = {"tie_draw": 0, "request_hash": None, "context_tokens": None}
+    for event in events:
+        data = codec.event_to_json(event)
+        if isinstance(event, Acquire):
+            for name, default in defaults.items():
+                if (name in data) != (getattr(event, name) != default):
+                    problems.append(f"{event!r} encodes as {data}: {name} must be present "
+                                    f"iff it is not {default!r} (R-CODEC-1)")
+        try:
+            back = codec.event_from_json(_through_text(data))
+        except CodecError as exc:
+            problems.append(f"{event!r} encodes as {data}, which does not decode: {exc}")
+            continue
+        if back != event:
+            problems.append(f"{event!r} encodes as {data} and decodes as {back!r}")
+    for field in ("tie_draw", "request_hash", "context_tokens"):
+        for case in EVENT_CASES:
+            if case.field != field or case.expect is not _REFUSED:
+                continue
+            try:
+                got = codec.event_from_json({"op": "acquire", "request_id": "r", field: case.value})
+            except CodecError:
+                continue
+            problems.append(f"acquire {field}={case.value!r} decoded as {got!r}; SPEC "
+                            "refuses it (R-EV-2, R-CODEC-1)")
+
+
+def _check_config_codec(problems: list[str]) -> None:
+    from .config_table import CASES
+
+    for case in CASES:
+        try:
+            config = case.build(case.value)
+        except Exception:  # the configuration table judges the refusals
+            continue
+        if not isinstance(config, Config):
+            continue
+        data = codec.config_to_json(config)
+        band = {"affinity_break_tokens", "affinity_break_band_cap"}
+        if (band <= set(data)) != (config.affinity_break_tokens is not None) or \
+                (band & set(data) and not band <= set(data)):
+            problems.append(f"{config!r} encodes as {data}: the band's keys must be present "
+                            "iff set (R-CFG-6)")
+        try:
+            back = codec.config_from_json(_through_text(data))
+        except CodecError as exc:
+            problems.append(f"{config!r} encodes as {data}, which does not decode: {exc}")
+            continue
+        if back != config:
+            problems.append(f"{config!r} encodes as {data} and decodes as {back!r}")
+
+
+def _trace_states() -> list[tuple[Config, Any]]:
+    """States of fixed traces: external loads, a full map, leases, non-ASCII ids."""
+    out: list[tuple[Config, Any]] = []
+    for config in (Config(affinity_break_margin=1, max_cache_size=2),
+                   Config(lease_accounting=True, max_cache_size=2)):
+        state = initial_state(config, ["é", "s1", "s0"])
+        out.append((config, state))
+        trace: list[Event] = [
+            Acquire(request_id="ä"), Acquire(request_id="b"), Acquire(request_id="c"),
+            ObserveLoads(observed=[("s1", 4), ("é", 0)]), Release(server_id="é",
+                                                                  request_id="ä"),
+            RemoveServers(server_ids=["s0"]), AddServers(server_ids=["s0", "s1"]),
+            Acquire(request_id=None), Release(server_id="s0", request_id="c"),
+        ]
+        for event in trace:
+            state = step(config, state, event).state
+            out.append((config, state))
+    return out
+
+
+def _check_state_codec(problems: list[str]) -> None:
+    for config, state in _trace_states():
+        data = codec.state_to_json(state)
+        text = codec.canonical_dumps(data)
+        if "\\u" in text:
+            problems.append(f"canonical text {text[:80]}... escapes non-ASCII (R-CODEC-1)")
+        if [tuple(p) for p in data["servers"]] != list(state.inflight_items()):
+            problems.append(f"state encodes servers as {data['servers']}, SPEC says the "
+                            f"in-flight counts {list(state.inflight_items())} (R-OBS-2)")
+        try:
+            back = codec.state_from_json(config, json.loads(text))
+        except CodecError as exc:
+            problems.append(f"state {text} does not decode: {exc}")
+            continue
+        if back != state:
+            problems.append(f"state {text} decodes as {codec.state_to_json(back)}")
+    lease = Config(lease_accounting=True)
+    given = codec.state_from_json(lease, {"servers": [["b", 0], ["a", 0]]})
+    if given != initial_state(lease, ["b", "a"]):
+        problems.append("a lease-mode state without a book does not decode to the initial "
+                        f"state: epochs {dict(given.leases.epoch)}")
+    try:
+        codec.state_from_json(lease, {"servers": [["a", True]]})
+        problems.append("state.servers [\"a\", true] decoded; SPEC: integers only")
+    except CodecError:
+        pass
+
+
+def check_derived() -> tuple[int, list[str]]:
+    """The flags adapters and diagnoses read off a configuration, against SPEC's words:
+    ``policy`` (R-POL-1), ``context_band`` -- the band widens with the context only when
+    it is set and ``full_determinism`` is off (R-BAND-5) -- and ``evaluates_pins`` --
+    hits are judged by load only under a margin or gate policy without
+    ``full_determinism`` (R-DET-4)."""
+    from affinity_core import DualThreshold
+
+    problems: list[str] = []
+    checked = 0
+    for det in (False, True):
+        for margin, gate, tokens, cap in ((None, None, None, None), (0, None, None, None),
+                                          (2, None, None, None), (0, None, 1, 1),
+                                          (1, None, 4, 3), (None, DualThreshold(0), None, None),
+                                          (None, DualThreshold(3, 2), None, None)):
+            config = Config(affinity_break_margin=margin, dual_threshold=gate,
+                            affinity_break_tokens=tokens, affinity_break_band_cap=cap,
+                            full_determinism=det)
+            policy = "margin" if margin is not None else (
+                "dual_threshold" if gate is not None else "legacy")
+            want = (policy, tokens is not None and not det, policy != "legacy" and not det)
+            got = (config.policy, config.context_band, config.evaluates_pins)
+            checked += 1
+            if got != want:
+                problems.append(f"{config!r}: (policy, context_band, evaluates_pins) = {got}, "
+                                f"SPEC says {want}")
+    return checked, problems
+
+
+def check_codec() -> tuple[int, list[str]]:
+    """(values checked, problems): events, configurations and traced states."""
+    from .config_table import CASES
+
+    problems: list[str] = []
+    _check_event_codec(problems)
+    _check_config_codec(problems)
+    _check_state_codec(problems)
+    return len(EVENT_CASES) + len(CASES) + len(_trace_states()), problems

@@ -1,0 +1,73 @@
+"""Negative controls of the input tables (obligation 19: events, encoding, derived flags).
+
+Theory of operation
+-------------------
+:mod:`.input_table` checks three things no BFS edge sees: which event field values the
+constructors refuse (R-EV-2), the encoding's round trip and omissions (R-CODEC-1), and the
+flags a configuration derives (``policy``, ``context_band``, ``evaluates_pins``). Each
+check has a control here that patches the real core where it does that job, and the same
+check, in the same run, must find a problem with it applied:
+
+* ``tie_draw_negative_accepted``: the events' integer check is a no-op, so an acquire
+  takes ``tie_draw = -1`` (the check of R-EV-2 reaches the constructors through the
+  module, as every event's ``__init__`` does);
+* ``request_hash_zero_not_encoded``: the encoder treats ``request_hash = 0`` as absent,
+  so a caller hash of 0 decodes as null and a ``full_determinism`` replay is rejected;
+* ``context_band_under_determinism``: ``Config.context_band`` forgets R-BAND-5.
+
+They belong to obligation 19 only, which has no BFS search, so they add no BFS job.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Iterator
+from typing import Any
+
+from affinity_core import Config
+
+from .mutants_base import Mutant, patched
+
+__all__ = ["INPUT_MUTANTS"]
+
+events_mod = importlib.import_module("affinity_core.events")
+codec_mod = importlib.import_module("affinity_core.codec")
+
+
+def _tie_draw_negative_accepted() -> Iterator[None]:
+    def lenient(name: str, value: object) -> None:
+        return None
+
+    with patched(events_mod, "_non_negative_int", lenient):
+        yield
+
+
+def _request_hash_zero_not_encoded() -> Iterator[None]:
+    original = codec_mod.event_to_json
+
+    def mutated(event: Any) -> dict[str, Any]:
+        out: dict[str, Any] = original(event)
+        if out.get("request_hash") == 0:
+            del out["request_hash"]
+        return out
+
+    with patched(codec_mod, "event_to_json", mutated):
+        yield
+
+
+def _context_band_under_determinism() -> Iterator[None]:
+    def context_band(self: Config) -> bool:
+        return self.affinity_break_tokens is not None
+
+    with patched(Config, "context_band", property(context_band)):
+        yield
+
+
+INPUT_MUTANTS: tuple[Mutant, ...] = (
+    Mutant("tie_draw_negative_accepted", "an acquire accepts a negative tie_draw", (19,),
+           _tie_draw_negative_accepted),
+    Mutant("request_hash_zero_not_encoded", "the encoding omits request_hash 0 (decodes as "
+           "null)", (19,), _request_hash_zero_not_encoded),
+    Mutant("context_band_under_determinism", "Config.context_band is true under "
+           "full_determinism", (19,), _context_band_under_determinism),
+)
