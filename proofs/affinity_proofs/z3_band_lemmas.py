@@ -139,6 +139,32 @@ def _break(v: Variant) -> Formula:
     return z3.And(_band_case(p), d.broken), z3.Not(correct)
 
 
+def _reuse_scaled(v: Variant, prompt: Term, hits: Term, lookups: Term, c: Term) -> Term:
+    """``c`` is what an adapter sends for a ``prompt`` on a server whose kept turns had
+    ``hits`` of ``lookups`` prompt tokens cached (R-BAND-6), without a division operator:
+    ``c*Q <= P*H < (c+1)*Q`` pins ``c = (P*H) // Q`` for ``Q >= 1``; ``Q = 0`` sends P."""
+    if v.reuse == "inverted":  # divides by the hits instead of the lookups
+        scaled = z3.And(hits >= 1, c * hits <= prompt * lookups,
+                        prompt * lookups < (c + 1) * hits)
+        return z3.If(lookups == 0, c == prompt, scaled)
+    base = c - 1 if v.reuse == "plus_one" else c
+    scaled = z3.And(base * lookups <= prompt * hits, prompt * hits < (base + 1) * lookups)
+    return z3.If(lookups == 0, c == prompt, scaled)
+
+
+def _reuse_never_wider(v: Variant) -> Formula:
+    """A hit the band keeps at the reuse-scaled context, it keeps at the whole prompt: the
+    reuse source only ever narrows the band (towards the margin, which selectivity keeps)."""
+    p = Pool(band=True)
+    d = decide(p, v.rules)
+    prompt, hits, lookups = z3.Int("prompt"), z3.Int("hits"), z3.Int("lookups")
+    defs, pairs = _again(p, "prompt", ctx=prompt)
+    report = z3.And(prompt >= 0, lookups >= 0, hits >= 0, hits <= lookups)
+    return (z3.And(_band_case(p), p.hit, defs, report,
+                   _reuse_scaled(v, prompt, hits, lookups, p.ctx)),
+            z3.And(d.kept, z3.Not(z3.substitute(d.kept, *pairs))))
+
+
 def _lemma(name: str, requirements: tuple[str, ...], statement: str,
            build: Any, *mutants: Variant) -> ParamLemma:
     return ParamLemma(name, BAND_OBLIGATION, requirements, statement, build, mutants)
@@ -178,4 +204,9 @@ BAND_LEMMAS: tuple[ParamLemma, ...] = (
            "different least-loaded server and re-pins",
            _break, _m("band_keep_strict_lt", keep_cmp="lt"),
            _m("band_break_keeps_old_server", break_stays=True)),
+    _lemma("band_reuse_never_wider", ("R-BAND-6", "R-BAND-4"),
+           "band on, c = prompt * H // Q (prompt if Q = 0), 0 <= H <= Q: a hit kept at c "
+           "is kept at c = prompt; the reuse source only narrows the band",
+           _reuse_never_wider, _m("reuse_plus_one_token", reuse="plus_one"),
+           _m("reuse_divides_by_hits", reuse="inverted")),
 )

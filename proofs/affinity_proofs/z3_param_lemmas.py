@@ -45,6 +45,10 @@ class Variant:
     rules: Rules = SPEC
     det_mod: str = "floor"  # "floor" (Python %), "abs", "trunc"
     rank: str = "spec"  # "spec", "from_end" (ties from the last server), "down", "double"
+    # How an adapter scales the prompt by observed reuse (SPEC R-BAND-6): "spec" is
+    # floor(prompt * hits / lookups); "plus_one" adds one token, "inverted" divides the
+    # other way (both mutants can send more than the prompt).
+    reuse: str = "spec"
     # A search hint for mutants: ``n <= hint_n`` is added to the formula (Z3's model finder
     # with quantifiers is otherwise erratic, and small counterexamples read better). A model
     # of the restricted formula is a model of the formula, so a refutation is just as
@@ -223,7 +227,7 @@ MUTANT_HINT_N = 8
 
 
 def _m(name: str, **kw: Any) -> Variant:
-    extra = ("det_mod", "rank", "hint_n")
+    extra = ("det_mod", "rank", "hint_n", "reuse")
     rules = {k: v for k, v in kw.items() if k not in extra}
     rest = {k: v for k, v in kw.items() if k in extra}
     rest.setdefault("hint_n", MUTANT_HINT_N)
