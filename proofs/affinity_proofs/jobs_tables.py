@@ -1,5 +1,6 @@
-"""The table jobs of ``affinity verify``: the decision table (15), the configuration table
-(19) and SPEC's worked examples (18).
+"""The table jobs of ``affinity verify``: the decision table (15) with ``draw_for``'s
+feedback (0), the configuration table (19) with the event, encoding and derived-flag tables,
+and SPEC's worked examples (18).
 
 Theory of operation
 -------------------
@@ -45,7 +46,26 @@ def decision_table_job(scope: Scope) -> list[Row]:
                 f"{checked} acquires: outcome and successor as SPEC's rules say",
                 requirements=(*next(o for o in OBLIGATIONS if o.number == 15).requirements,
                               "R-BAND-1", "R-BAND-2", "R-BAND-5"),
-                evidence={"acquires": checked})]
+                evidence={"acquires": checked}), _feedback_row()]
+
+
+def _feedback_row() -> Row:
+    """Obligation 0: ``draw_for``, the inverse of ``allowed`` every refinement checker
+    feeds a choice through, makes the reference pick each allowed server (R-REL-2)."""
+    from . import refinement_table
+    from .mutants import by_name
+
+    start = time.perf_counter()
+    checked, failures = refinement_table.check_feedback()
+    with by_name("draw_for_next_tie").applied():
+        _, found = refinement_table.check_feedback()
+    return Row(0, "draw_for feedback table", "the decision table's configs, N<=3 loads<=3 "
+               "and N=33..65, draw ties", not failures, time.perf_counter() - start,
+               (MutantVerdict("draw_for_next_tie", describe("draw_for_next_tie"), bool(found),
+                              found[0] if found else "every choice fed back"),),
+               "; ".join(failures) if failures else
+               f"{checked} acquires: each allowed server fed back is the reference's choice",
+               requirements=("R-REL-1", "R-REL-2"), evidence={"acquires": checked})
 
 
 def config_job() -> list[Row]:

@@ -61,6 +61,7 @@ from .mutants_base import (
     allowed_mod,
     patched,
 )
+from .mutants_checkers import CHECKER_MUTANTS
 from .mutants_inputs import INPUT_MUTANTS
 
 __all__ = ["MUTANTS", "Mutant", "by_name", "patched"]
@@ -308,6 +309,7 @@ MUTANTS: tuple[Mutant, ...] = (
            _cache_size_zero_accepted),
     *BAND_MUTANTS,
     *INPUT_MUTANTS,
+    *CHECKER_MUTANTS,
 )
 
 _BY_NAME = {m.name: m for m in MUTANTS}

@@ -109,7 +109,7 @@ def plan(scope: Scope, write_counterexamples: Path | None = None,
                 serves=frozenset({18, 19})),
             Job("decision table", jobs_tables.decision_table_job, (scope,), weight=4,
                 obligation=15,
-                serves=frozenset({15}))]
+                serves=frozenset({0, 15}))]
     runs = scope.bfs_runs
     for mutant in MUTANTS:
         for obligation in mutant.obligations:

@@ -54,3 +54,17 @@ def test_the_tables_speak_spec_not_the_code() -> None:
     band = Config(affinity_break_margin=1, affinity_break_tokens=4, affinity_break_band_cap=3,
                   full_determinism=True)
     assert band.context_band is False  # R-BAND-5: ignored like the margin
+
+
+def test_draw_for_feedback_and_its_control() -> None:
+    """R-REL-2: each allowed server fed back through draw_for is the reference's choice."""
+    from affinity_proofs import refinement_table
+    from affinity_proofs.jobs_tables import _feedback_row
+
+    checked, failures = refinement_table.check_feedback(narrow_max=2)
+    assert checked > 1000 and failures == []
+    with by_name("draw_for_next_tie").applied():
+        _, found = refinement_table.check_feedback(narrow_max=2)
+    assert found and "R-REL-2" in found[0]
+    row = _feedback_row()
+    assert row.obligation == 0 and row.passed and "R-REL-2" in row.requirements
