@@ -1,6 +1,6 @@
 """The table jobs of ``affinity verify``: the decision table (15) with ``draw_for``'s
-feedback (0), the configuration table (19) with the event, encoding and derived-flag tables,
-and SPEC's worked examples (18).
+feedback and the predicates' exhibits (0), the configuration table (19) with the event,
+encoding and derived-flag tables, and SPEC's worked examples (18).
 
 Theory of operation
 -------------------
@@ -46,7 +46,27 @@ def decision_table_job(scope: Scope) -> list[Row]:
                 f"{checked} acquires: outcome and successor as SPEC's rules say",
                 requirements=(*next(o for o in OBLIGATIONS if o.number == 15).requirements,
                               "R-BAND-1", "R-BAND-2", "R-BAND-5"),
-                evidence={"acquires": checked}), _feedback_row()]
+                evidence={"acquires": checked}), _feedback_row(), _predicate_row()]
+
+
+def _predicate_row() -> Row:
+    """Obligation 0: each named predicate is false on an exhibit of its violation."""
+    from . import predicate_table
+    from .mutants import by_name
+
+    start = time.perf_counter()
+    checked, problems = predicate_table.check_exhibits()
+    with by_name("leases_match_loads_vacuous").applied():
+        _, found = predicate_table.check_exhibits()
+    return Row(0, "predicate exhibits", "12 predicates of affinity_core.invariants",
+               not problems, time.perf_counter() - start,
+               (MutantVerdict("leases_match_loads_vacuous",
+                              describe("leases_match_loads_vacuous"), bool(found),
+                              found[0] if found else "every exhibit judged as SPEC says"),),
+               "; ".join(problems) if problems else
+               f"{checked} exhibits: each predicate false on its violation, true on real steps",
+               requirements=("R-ST-2", "R-LEASE-5", "R-OUT-2", "R-CNT-1", "R-CONS-2"),
+               evidence={"exhibits": checked})
 
 
 def _feedback_row() -> Row:

@@ -18,7 +18,11 @@ core bug that only the named clause (or table) can see:
   clause "the entry pointed at an inactive server" (R-OUT-2, R-ACQ-6) refutes it (the
   full_determinism runs send keyed acquires without a hash);
 * ``draw_for_next_tie`` (0): ``draw_for`` names the next tied server (refuted by
-  :mod:`.refinement_table`; obligation 0 has no BFS search, so it adds no BFS job).
+  :mod:`.refinement_table`; obligation 0 has no BFS search, so it adds no BFS job);
+* ``leases_match_loads_vacuous`` (0): the predicate itself always holds. The lease runs
+  still refute ``lease_grant_not_recorded`` without it (the lease ground truth, and the
+  bound on held leases, see the same bug later), so only the predicates' exhibits
+  (:mod:`.predicate_table`) can tell that R-LEASE-5's own check is gone.
 """
 
 from __future__ import annotations
@@ -61,6 +65,16 @@ def _invalid_acquire_drops_pin() -> Iterator[None]:
         yield
 
 
+def _leases_match_loads_vacuous() -> Iterator[None]:
+    import affinity_core.invariants as inv
+
+    def vacuous(config: Config, state: State) -> bool:
+        return True
+
+    with patched(inv, "leases_match_loads", vacuous):
+        yield
+
+
 def _draw_for_next_tie() -> Iterator[None]:
     original = allowed_mod.draw_for
 
@@ -80,5 +94,7 @@ _PATCHES: tuple[tuple[str, str, tuple[int, ...], Patch], ...] = (
      "entry of its request", (11,), _invalid_acquire_drops_pin),
     ("draw_for_next_tie", "draw_for feeds back the next tied server", (0,),
      _draw_for_next_tie),
+    ("leases_match_loads_vacuous", "the R-LEASE-5 predicate always holds", (0,),
+     _leases_match_loads_vacuous),
 )
 CHECKER_MUTANTS: tuple[Mutant, ...] = tuple(Mutant(n, d, o, p) for n, d, o, p in _PATCHES)

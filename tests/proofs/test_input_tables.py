@@ -68,3 +68,20 @@ def test_draw_for_feedback_and_its_control() -> None:
     assert found and "R-REL-2" in found[0]
     row = _feedback_row()
     assert row.obligation == 0 and row.passed and "R-REL-2" in row.requirements
+
+
+def test_every_predicate_has_a_violation_exhibit() -> None:
+    """R-ST-2, R-LEASE-5: each named predicate is false on its violation; a vacuous
+    leases_match_loads (the audit's survivor) is seen."""
+    from affinity_proofs import predicate_table
+
+    import affinity_core.invariants as inv
+
+    assert predicate_table.check_exhibits()[1] == []
+    judged = {name for name, _, expected, _ in predicate_table.EXHIBITS if expected is False}
+    predicates = {n for n in inv.__all__ if n not in {"Ledger", "legacy_projection", "project",
+                                                      "step_invariants"}}
+    assert judged == predicates
+    with by_name("leases_match_loads_vacuous").applied():
+        _, found = predicate_table.check_exhibits()
+    assert found and "leases_match_loads is True" in found[0]
