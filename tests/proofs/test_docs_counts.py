@@ -15,7 +15,7 @@ from affinity_proofs.z3_param_lemmas import PARAM_LEMMAS
 from tools.mutation_audit.catalogue import CATALOGUE
 
 ROOT = Path(__file__).resolve().parents[2]
-WORDS = {13: "thirteen", 19: "nineteen", 20: "twenty", 22: "twenty-two"}
+WORDS = {13: "thirteen", 19: "nineteen", 20: "twenty", 22: "twenty-two", 23: "twenty-three"}
 
 
 def _text(path: str) -> str:
