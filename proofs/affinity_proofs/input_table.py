@@ -170,13 +170,7 @@ def _check_event_codec(problems: list[str]) -> None:
                 if (name in data) != (getattr(event, name) != default):
                     problems.append(f"{event!r} encodes as {data}: {name} must be present "
                                     f"iff it is not {default!r} (R-CODEC-1)")
-        try:
-            back = codec.event_from_json(_through_text(data))
-        except CodecError as exc:
-            problems.append(f"{event!r} encodes as {data}, which does not decode: {exc}")
-            continue
-        if back != event:
-            problems.append(f"{event!r} encodes as {data} and decodes as {back!r}")
+        _round_trip(event, data, codec.event_from_json, problems)
     for field in ("tie_draw", "request_hash", "context_tokens"):
         for case in EVENT_CASES:
             if case.field != field or case.expect is not _REFUSED:
@@ -187,6 +181,17 @@ def _check_event_codec(problems: list[str]) -> None:
                 continue
             problems.append(f"acquire {field}={case.value!r} decoded as {got!r}; SPEC "
                             "refuses it (R-EV-2, R-CODEC-1)")
+
+
+def _round_trip(value: Any, data: Any, decode: Any, problems: list[str]) -> None:
+    """``data`` (``value``'s encoding), through JSON text and ``decode``, gives ``value``."""
+    try:
+        back = decode(_through_text(data))
+    except CodecError as exc:
+        problems.append(f"{value!r} encodes as {data}, which does not decode: {exc}")
+        return
+    if back != value:
+        problems.append(f"{value!r} encodes as {data} and decodes as {back!r}")
 
 
 def _check_config_codec(problems: list[str]) -> None:
@@ -205,13 +210,7 @@ def _check_config_codec(problems: list[str]) -> None:
                 (band & set(data) and not band <= set(data)):
             problems.append(f"{config!r} encodes as {data}: the band's keys must be present "
                             "iff set (R-CFG-6)")
-        try:
-            back = codec.config_from_json(_through_text(data))
-        except CodecError as exc:
-            problems.append(f"{config!r} encodes as {data}, which does not decode: {exc}")
-            continue
-        if back != config:
-            problems.append(f"{config!r} encodes as {data} and decodes as {back!r}")
+        _round_trip(config, data, codec.config_from_json, problems)
 
 
 def _trace_states() -> list[tuple[Config, Any]]:

@@ -51,10 +51,13 @@ def _snapshot(dest: Path, worktree: bool, commit: str) -> None:
         files = subprocess.run(["git", "ls-files", "-z"], cwd=ROOT, check=True,
                                capture_output=True).stdout.decode().split("\0")
         for name in filter(None, files):
-            src = ROOT / name
-            if src.is_file():
-                (dest / name).parent.mkdir(parents=True, exist_ok=True)
-                (dest / name).write_bytes(src.read_bytes())
+            src, out = ROOT / name, dest / name
+            if src.is_symlink():  # tracked links (the package's vectors, counterexamples)
+                out.parent.mkdir(parents=True, exist_ok=True)
+                os.symlink(os.readlink(src), out)
+            elif src.is_file():
+                out.parent.mkdir(parents=True, exist_ok=True)
+                out.write_bytes(src.read_bytes())
         return
     data = subprocess.run(["git", "archive", commit], cwd=ROOT, check=True,
                           capture_output=True).stdout
