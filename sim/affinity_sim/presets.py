@@ -1,5 +1,5 @@
-"""Built-in sweeps (``pr7435``, ``pr7435-scale[-ablation|-context-per-request]``, ``smoke``,
-``perf``), workload files.
+"""Built-in sweeps (``pr7435``, ``pr7435-scale[-ablation|-context-per-request|-dispersion]``,
+``smoke``, ``perf``), workload files.
 
 Theory of operation
 -------------------
@@ -157,12 +157,16 @@ def preset(name: str) -> Sweep:
         from .prscale_context import per_request_sweep
 
         return per_request_sweep()
+    if name == "pr7435-scale-dispersion":
+        from .prscale_dispersion import dispersion_sweep
+
+        return dispersion_sweep()
     raise PresetError(f"unknown preset {name!r}; accepted: {', '.join(PRESETS)} or a "
                       ".toml/.yaml workload file")
 
 
 PRESETS = ("pr7435", "pr7435-scale", "pr7435-scale-ablation", "pr7435-scale-context-per-request",
-           "smoke", "perf")
+           "pr7435-scale-dispersion", "smoke", "perf")
 
 
 def workload_preset(ref: str) -> Workload:

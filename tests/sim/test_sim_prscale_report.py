@@ -7,6 +7,7 @@ from typing import Any
 from affinity_sim.prscale_report import (
     ROWS,
     ablation_table,
+    dispersion_table,
     policies_table,
     prediction_table,
     sensitivity_table,
@@ -85,3 +86,26 @@ def test_sensitivity_table_next_to_the_prediction() -> None:
     assert "| -2.0% | **-7.0%** [-3.0%, -1.0%] | -2.0 pt |" in ctx2k
     assert ctx2k.endswith("| yes |")
     assert len(lines) == 2 + len(ROWS)
+
+
+def test_dispersion_table_puts_the_prediction_at_sigma_0_8() -> None:
+    scale = _record()
+    variant = _record()
+    names = [f"{row}/sigma-1.1" for row in ROWS]
+    variant["workloads"] = [{"name": n} for n in names]
+    variant["results"] = [dict(r, workload=f"{r['workload']}/sigma-1.1")
+                          for r in variant["results"] if r["workload"] in ROWS]
+    variant["summary"] = [dict(s, workload=f"{s['workload']}/sigma-1.1",
+                               median_change=0.01 if s["workload"] == "ctx2k" else -0.06)
+                          if s["policy"] == "margin-2" else
+                          dict(s, workload=f"{s['workload']}/sigma-1.1")
+                          for s in variant["summary"] if s["workload"] in ROWS]
+    lines = dispersion_table(scale, variant).splitlines()
+    assert lines[2].startswith("| 0.8 (the prediction) |")
+    # the prediction: ctx2k -2.0% (PR -5.0%: within), the rest -9.0% (-4 pt: not)
+    assert lines[2].endswith("| 4 of 4 · 1 of 4 |")
+    assert lines[3].startswith("| 1.1 |") and "m2 +1.0%" in lines[3]
+    # at 1.1: ctx2k +1.0% has the wrong sign; the rest -6.0% are within 3 points
+    assert lines[3].endswith("| 3 of 4 · 3 of 4 |")
+    assert "hit 20.0% (30.0%)" in lines[3] and "idle 5.0%" in lines[3]
+    assert lines[-1].startswith("| PR #7435 |") and "m2 -5.0%" in lines[-1]

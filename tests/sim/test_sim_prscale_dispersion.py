@@ -1,0 +1,80 @@
+"""The output-dispersion sensitivity of pr7435-scale: one input moved, the contexts held."""
+
+from __future__ import annotations
+
+import math
+import statistics
+
+import attrs
+import pytest
+from affinity_sim.presets import preset
+from affinity_sim.prscale import CONTEXTS, scale_workloads
+from affinity_sim.prscale_dispersion import (
+    DISPERSION_MEDIANS,
+    DISPERSIONS,
+    FIT_SEEDS,
+    dispersed,
+    dispersion_workloads,
+)
+from affinity_sim.workload import Workload, plan_step
+
+
+def _final_contexts(w: Workload, seeds: tuple[int, ...] = FIT_SEEDS) -> list[int]:
+    return [p.final_context for s in seeds for p in plan_step(w, s)]
+
+
+def test_dispersed_splits_the_log_variance_evenly() -> None:
+    base = scale_workloads(prompts=2)[0]
+    for sigma in (0.5, 1.4):
+        w = dispersed(base, sigma, 300.0)
+        within = dict(w.output_tokens.params)["sigma"]
+        assert math.isclose(within**2 + w.difficulty_sigma**2, sigma**2)
+        assert math.isclose(within, w.difficulty_sigma)
+        assert dict(w.output_tokens.params)["median"] == 300.0
+
+
+def test_recorded_medians_hold_each_rows_context() -> None:
+    # Plans only, as the fit itself: every (row, sigma) gives the PR's context within 1%.
+    base = {w.name: w for w in scale_workloads()}
+    seen = {}
+    for w in dispersion_workloads():
+        row, _, label = w.name.partition("/sigma-")
+        sigma = float(label)
+        assert sigma in DISPERSIONS
+        assert dict(w.output_tokens.params)["median"] == DISPERSION_MEDIANS[(row, sigma)]
+        key = (w.max_context, DISPERSION_MEDIANS[(row, sigma)], sigma)
+        if key not in seen:
+            seen[key] = statistics.fmean(_final_contexts(w))
+        assert abs(seen[key] - CONTEXTS[row]) <= 0.01 * CONTEXTS[row], (w.name, seen[key])
+        # every input but the output shape is the preset's
+        assert attrs.evolve(w, name=row, description=base[row].description,
+                            output_tokens=base[row].output_tokens,
+                            difficulty_sigma=base[row].difficulty_sigma) == base[row]
+
+
+def test_the_spread_of_final_contexts_grows_with_sigma() -> None:
+    # The knob does what it claims: at a held mean, a wider sigma spreads trajectories more.
+    ctx9k = scale_workloads()[1]
+    spread = []
+    for sigma in DISPERSIONS:
+        w = dispersed(ctx9k, sigma, DISPERSION_MEDIANS[("ctx9k", sigma)])
+        contexts = _final_contexts(w, (FIT_SEEDS[0],))
+        spread.append(statistics.pstdev(contexts) / statistics.fmean(contexts))
+    assert spread == sorted(spread) and spread[-1] > 1.2 * spread[0]  # the limit caps it
+
+
+def test_the_preset_runs_legacy_and_margin_2_on_every_row_and_sigma() -> None:
+    sweep = preset("pr7435-scale-dispersion")
+    assert [p.name for p in sweep.policies] == ["legacy", "margin-2"]
+    assert sweep.seeds == 10
+    assert len(sweep.workloads) == 4 * len(DISPERSIONS)
+    assert 0.8 not in DISPERSIONS  # the preset's own value is the prediction's record
+    assert sweep.reference == preset("pr7435-scale").reference
+
+
+def test_bad_input_names_the_value_and_the_range() -> None:
+    w = scale_workloads(prompts=1)[0]
+    with pytest.raises(ValueError, match=r"sigma must be a log-sigma > 0, got 0"):
+        dispersed(w, 0, 100.0)
+    with pytest.raises(ValueError, match=r"median must be a number of tokens > 0, got -1"):
+        dispersed(w, 0.8, -1)
