@@ -1,5 +1,6 @@
-"""Built-in sweeps (``pr7435``, ``pr7435-scale[-ablation|-context-per-request|-dispersion]``,
-``smoke``, ``perf``), workload files.
+"""Built-in sweeps (``pr7435``, ``pr7435-scale`` and its ``-ablation``,
+``-context-per-request``, ``-dispersion`` and ``-step-size`` runs, ``smoke``, ``perf``),
+workload files.
 
 Theory of operation
 -------------------
@@ -161,12 +162,16 @@ def preset(name: str) -> Sweep:
         from .prscale_dispersion import dispersion_sweep
 
         return dispersion_sweep()
+    if name == "pr7435-scale-step-size":
+        from .prscale_stepsize import step_size_sweep
+
+        return step_size_sweep()
     raise PresetError(f"unknown preset {name!r}; accepted: {', '.join(PRESETS)} or a "
                       ".toml/.yaml workload file")
 
 
 PRESETS = ("pr7435", "pr7435-scale", "pr7435-scale-ablation", "pr7435-scale-context-per-request",
-           "pr7435-scale-dispersion", "smoke", "perf")
+           "pr7435-scale-dispersion", "pr7435-scale-step-size", "smoke", "perf")
 
 
 def workload_preset(ref: str) -> Workload:

@@ -26,7 +26,7 @@ output-length dispersion"). It replaces nothing in the prediction, and no value 
 is chosen from it.
 
 The medians are recorded in :data:`DISPERSION_MEDIANS` by this module's ``__main__``;
-``tests/sim/test_sim_prscale_dispersion.py`` checks that they still give the contexts.
+``tests/sim/test_sim_prscale_sensitivity.py`` checks that they still give the contexts.
 """
 
 from __future__ import annotations

@@ -5,14 +5,16 @@ Theory of operation
 ``affinity simulate --preset pr7435-scale --json A`` and ``--preset pr7435-scale-ablation
 --json B`` record every per-seed :class:`~affinity_sim.simulate.StepResult` and the
 paired summaries. This module only reads them back and prints the Markdown tables of the
-README (``python -m affinity_sim.prscale_report A [B] [C] [D]``), so every number there
+README (``python -m affinity_sim.prscale_report A [B] [C] [D] [E]``), so every number there
 can be regenerated from the JSON files and checked. ``C``, the ``--preset
 pr7435-scale-context-per-request`` record (:mod:`affinity_sim.prscale_context`), renders
 as the sensitivity table: its "mean prompt per request" is the legacy runs'
 ``query_tokens / turns``, each admitted request's prompt counted once, as vLLM's
 ``request_prompt_tokens`` histogram counts it. ``D``, the ``--preset
 pr7435-scale-dispersion`` record (:mod:`affinity_sim.prscale_dispersion`), renders as the
-dispersion table, with ``A``'s rows as its log-sigma 0.8 line. Rates are means over seeds
+dispersion table, with ``A``'s rows as its log-sigma 0.8 line, and ``E``, the
+``--preset pr7435-scale-step-size`` record (:mod:`affinity_sim.prscale_stepsize`), as the
+step-size table, with ``A``'s rows as its 512-prompt line. Rates are means over seeds
 of the per-step values; changes, intervals and p-values are the summaries' (paired
 median, order-statistic 95% interval, Wilcoxon). "Within ±3 pt" compares the median
 change with the PR's, at the 0.1 point shown.
@@ -25,8 +27,8 @@ import statistics
 import sys
 from typing import Any
 
-__all__ = ["ablation_table", "dispersion_table", "policies_table", "prediction_table",
-           "sensitivity_table"]
+__all__ = ["ablation_table", "dispersion_table", "grid_table", "policies_table",
+           "prediction_table", "sensitivity_table", "step_size_table"]
 
 ROWS = ("ctx2k", "ctx9k", "ctx20k", "ctx9k-bigkv")
 
@@ -151,36 +153,63 @@ def sensitivity_table(scale: dict[str, Any], variant: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def _sigma(name: str) -> float:
-    return float(name.rpartition("/sigma-")[2])
+def _value(name: str, parameter: str) -> float:
+    return float(name.rpartition(f"/{parameter}-")[2])
 
 
-def dispersion_table(scale: dict[str, Any], variant: dict[str, Any]) -> str:
-    """Per output log-sigma: legacy hit · margin 2's change [95% CI] · legacy idle, per row;
-    then how many rows have the PR's sign and are within ±3 points. Sigma 0.8 is the
-    prediction's own record (``scale``)."""
-    sigmas = sorted({_sigma(w["name"]) for w in variant["workloads"]} | {0.8})
-    lines = [f"| output log-σ ({_seeds(variant)}) | " + " | ".join(ROWS)
+def grid_table(scale: dict[str, Any], variant: dict[str, Any], parameter: str,
+               base: float, label: str) -> str:
+    """Per value of one input: legacy hit (at admission) · margin 2's change [95% CI] ·
+    legacy idle, per row; then how many rows have the PR's sign and are within ±3 points.
+
+    ``variant``'s workloads are named ``row/<parameter>-<value>``; the ``base`` line is
+    the prediction's own record (``scale``). Per row, ‡ marks the value whose legacy hit
+    rate (vLLM 0.24 metric) is nearest the PR's baseline."""
+    values = sorted({_value(w["name"], parameter) for w in variant["workloads"]} | {base})
+
+    def source(value: float, row: str) -> tuple[dict[str, Any], str]:
+        if value == base:
+            return scale, row
+        return variant, f"{row}/{parameter}-{value:g}"
+
+    def hit_gap(value: float, row: str) -> float:
+        record, name = source(value, row)
+        target: float = variant["reference"][row]["hit_rate"]
+        return abs(_mean(record, name, "legacy", "prefix_hit_rate") - target)
+
+    nearest = {row: min(values, key=lambda v: hit_gap(v, row)) for row in ROWS}
+    lines = [f"| {label} ({_seeds(variant)}) | " + " | ".join(ROWS)
              + " | PR's sign · within ±3 pt |", "|---|" + "---|" * (len(ROWS) + 1)]
-    for sigma in sigmas:
-        record, cells, sign, within = (scale if sigma == 0.8 else variant), [], 0, 0
+    for value in values:
+        cells, sign, within = [], 0, 0
         for row in ROWS:
-            name = row if sigma == 0.8 else f"{row}/sigma-{sigma}"
+            record, name = source(value, row)
             m2 = _summary(record, name, "margin-2")
             ref = record["reference"][row]["change"]
             sign += (m2["median_change"] < 0) == (ref < 0)
             within += abs(round((m2["median_change"] - ref) * 100, 1)) <= 3
             cells.append(
-                f"hit {_pct(_mean(record, name, 'legacy', 'prefix_hit_rate'), False)} "
+                f"{'‡ ' if nearest[row] == value else ''}hit "
+                f"{_pct(_mean(record, name, 'legacy', 'prefix_hit_rate'), False)} "
                 f"({_pct(_mean(record, name, 'legacy', 'admission_hit_rate'), False)}) · m2 "
                 f"{_pct(m2['median_change'])} [{_pct(m2['ci_low'])}, {_pct(m2['ci_high'])}]"
                 f" · idle {_pct(_mean(record, name, 'legacy', 'idle_fraction'), False)}")
-        label = f"{sigma} (the prediction)" if sigma == 0.8 else f"{sigma}"
-        lines.append(f"| {label} | " + " | ".join(cells) + f" | {sign} of 4 · {within} of 4 |")
+        shown = f"{value:g} (the prediction)" if value == base else f"{value:g}"
+        lines.append(f"| {shown} | " + " | ".join(cells) + f" | {sign} of 4 · {within} of 4 |")
     pr = [f"hit {_pct(variant['reference'][row]['hit_rate'], False)} · m2 "
           f"{_pct(variant['reference'][row]['change'])}" for row in ROWS]
     lines.append("| PR #7435 | " + " | ".join(pr) + " | |")
     return "\n".join(lines)
+
+
+def dispersion_table(scale: dict[str, Any], variant: dict[str, Any]) -> str:
+    """The output-dispersion sensitivity: one line per total log-sigma (0.8: the preset)."""
+    return grid_table(scale, variant, "sigma", 0.8, "output log-σ")
+
+
+def step_size_table(scale: dict[str, Any], variant: dict[str, Any]) -> str:
+    """The step-size sensitivity: one line per prompts per step (512: the preset)."""
+    return grid_table(scale, variant, "prompts", 512, "prompts per step")
 
 
 def _load(path: str) -> dict[str, Any]:
@@ -204,14 +233,16 @@ def main(paths: list[str]) -> None:
             print(sensitivity_table(scale, record), end="\n\n")
         elif record["sweep"] == "pr7435-scale-dispersion":
             print(dispersion_table(scale, record), end="\n\n")
+        elif record["sweep"] == "pr7435-scale-step-size":
+            print(step_size_table(scale, record), end="\n\n")
         else:
             print(ablation_table(record), end="\n\n")
 
 
 _USAGE = ("usage: python -m affinity_sim.prscale_report SCALE.json [ABLATION.json] "
-          "[CONTEXT-PER-REQUEST.json] [DISPERSION.json]")
+          "[CONTEXT-PER-REQUEST.json] [DISPERSION.json] [STEP-SIZE.json]")
 
 if __name__ == "__main__":
-    if not 1 <= len(sys.argv) - 1 <= 4:
+    if not 1 <= len(sys.argv) - 1 <= 5:
         sys.exit(_USAGE)
     main(sys.argv[1:])

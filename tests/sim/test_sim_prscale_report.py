@@ -11,6 +11,7 @@ from affinity_sim.prscale_report import (
     policies_table,
     prediction_table,
     sensitivity_table,
+    step_size_table,
 )
 
 
@@ -109,3 +110,19 @@ def test_dispersion_table_puts_the_prediction_at_sigma_0_8() -> None:
     assert lines[3].endswith("| 3 of 4 · 3 of 4 |")
     assert "hit 20.0% (30.0%)" in lines[3] and "idle 5.0%" in lines[3]
     assert lines[-1].startswith("| PR #7435 |") and "m2 -5.0%" in lines[-1]
+
+
+def test_step_size_table_marks_the_size_nearest_the_prs_hit_rate() -> None:
+    scale = _record()  # legacy hit 20% at 512 prompts; the PR's 5%
+    variant = _record()
+    variant["workloads"] = [{"name": f"{row}/prompts-1536"} for row in ROWS]
+    variant["results"] = [dict(r, workload=f"{r['workload']}/prompts-1536",
+                               prefix_hit_rate=r["prefix_hit_rate"] / 4)
+                          for r in variant["results"] if r["workload"] in ROWS]
+    variant["summary"] = [dict(s, workload=f"{s['workload']}/prompts-1536")
+                          for s in variant["summary"] if s["workload"] in ROWS]
+    lines = step_size_table(scale, variant).splitlines()
+    assert lines[2].startswith("| 512 (the prediction) |") and "‡" not in lines[2]
+    assert lines[3].startswith("| 1536 |")
+    # 1536's legacy hit (5.0%) is the PR's: every row's cell there carries the mark
+    assert lines[3].count("‡ hit 5.0% (30.0%)") == len(ROWS)

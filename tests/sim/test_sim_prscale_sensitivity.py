@@ -1,4 +1,6 @@
-"""The output-dispersion sensitivity of pr7435-scale: one input moved, the contexts held."""
+"""The sensitivity runs of pr7435-scale: one input moved, everything else the preset's.
+
+Output dispersion (the contexts held) and step size."""
 
 from __future__ import annotations
 
@@ -16,6 +18,7 @@ from affinity_sim.prscale_dispersion import (
     dispersed,
     dispersion_workloads,
 )
+from affinity_sim.prscale_stepsize import STEP_PROMPTS
 from affinity_sim.workload import Workload, plan_step
 
 
@@ -78,3 +81,17 @@ def test_bad_input_names_the_value_and_the_range() -> None:
         dispersed(w, 0, 100.0)
     with pytest.raises(ValueError, match=r"median must be a number of tokens > 0, got -1"):
         dispersed(w, 0.8, -1)
+
+
+def test_the_step_size_preset_changes_only_the_number_of_prompts() -> None:
+    sweep = preset("pr7435-scale-step-size")
+    assert [p.name for p in sweep.policies] == ["legacy", "margin-2"]
+    assert sweep.seeds == 10 and 512 not in STEP_PROMPTS
+    assert sweep.reference == preset("pr7435-scale").reference
+    base = {w.name: w for w in scale_workloads()}
+    assert len(sweep.workloads) == 4 * len(STEP_PROMPTS)
+    for w in sweep.workloads:
+        row, _, prompts = w.name.partition("/prompts-")
+        assert w.prompts == int(prompts) and w.trajectories == 16 * int(prompts)
+        assert attrs.evolve(w, name=row, prompts=512,
+                            description=base[row].description) == base[row]
