@@ -163,8 +163,9 @@ def grid_table(scale: dict[str, Any], variant: dict[str, Any], parameter: str,
     legacy idle, per row; then how many rows have the PR's sign and are within ±3 points.
 
     ``variant``'s workloads are named ``row/<parameter>-<value>``; the ``base`` line is
-    the prediction's own record (``scale``). Per row, ‡ marks the value whose legacy hit
-    rate (vLLM 0.24 metric) is nearest the PR's baseline."""
+    the prediction's own record (``scale``), which also carries the PR's numbers. Per
+    row, ‡ marks the value whose legacy hit rate (vLLM 0.24 metric) is nearest the PR's
+    baseline."""
     values = sorted({_value(w["name"], parameter) for w in variant["workloads"]} | {base})
 
     def source(value: float, row: str) -> tuple[dict[str, Any], str]:
@@ -174,7 +175,7 @@ def grid_table(scale: dict[str, Any], variant: dict[str, Any], parameter: str,
 
     def hit_gap(value: float, row: str) -> float:
         record, name = source(value, row)
-        target: float = variant["reference"][row]["hit_rate"]
+        target: float = scale["reference"][row]["hit_rate"]
         return abs(_mean(record, name, "legacy", "prefix_hit_rate") - target)
 
     nearest = {row: min(values, key=lambda v: hit_gap(v, row)) for row in ROWS}
@@ -185,7 +186,7 @@ def grid_table(scale: dict[str, Any], variant: dict[str, Any], parameter: str,
         for row in ROWS:
             record, name = source(value, row)
             m2 = _summary(record, name, "margin-2")
-            ref = record["reference"][row]["change"]
+            ref = scale["reference"][row]["change"]
             sign += (m2["median_change"] < 0) == (ref < 0)
             within += abs(round((m2["median_change"] - ref) * 100, 1)) <= 3
             cells.append(
@@ -196,8 +197,8 @@ def grid_table(scale: dict[str, Any], variant: dict[str, Any], parameter: str,
                 f" · idle {_pct(_mean(record, name, 'legacy', 'idle_fraction'), False)}")
         shown = f"{value:g} (the prediction)" if value == base else f"{value:g}"
         lines.append(f"| {shown} | " + " | ".join(cells) + f" | {sign} of 4 · {within} of 4 |")
-    pr = [f"hit {_pct(variant['reference'][row]['hit_rate'], False)} · m2 "
-          f"{_pct(variant['reference'][row]['change'])}" for row in ROWS]
+    pr = [f"hit {_pct(scale['reference'][row]['hit_rate'], False)} · m2 "
+          f"{_pct(scale['reference'][row]['change'])}" for row in ROWS]
     lines.append("| PR #7435 | " + " | ".join(pr) + " | |")
     return "\n".join(lines)
 

@@ -94,6 +94,7 @@ def test_dispersion_table_puts_the_prediction_at_sigma_0_8() -> None:
     variant = _record()
     names = [f"{row}/sigma-1.1" for row in ROWS]
     variant["workloads"] = [{"name": n} for n in names]
+    variant["reference"] = {}  # as recorded: no workload of the run is named like a PR row
     variant["results"] = [dict(r, workload=f"{r['workload']}/sigma-1.1")
                           for r in variant["results"] if r["workload"] in ROWS]
     variant["summary"] = [dict(s, workload=f"{s['workload']}/sigma-1.1",
@@ -116,6 +117,7 @@ def test_step_size_table_marks_the_size_nearest_the_prs_hit_rate() -> None:
     scale = _record()  # legacy hit 20% at 512 prompts; the PR's 5%
     variant = _record()
     variant["workloads"] = [{"name": f"{row}/prompts-1536"} for row in ROWS]
+    variant["reference"] = {}
     variant["results"] = [dict(r, workload=f"{r['workload']}/prompts-1536",
                                prefix_hit_rate=r["prefix_hit_rate"] / 4)
                           for r in variant["results"] if r["workload"] in ROWS]
