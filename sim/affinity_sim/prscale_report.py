@@ -5,7 +5,7 @@ Theory of operation
 ``affinity simulate --preset pr7435-scale --json A`` and ``--preset pr7435-scale-ablation
 --json B`` record every per-seed :class:`~affinity_sim.simulate.StepResult` and the
 paired summaries. This module only reads them back and prints the Markdown tables of the
-README (``python -m affinity_sim.prscale_report A [B] [C] [D] [E]``), so every number there
+README (``python -m affinity_sim.prscale_report A [B] ... [F]``), so every number there
 can be regenerated from the JSON files and checked. ``C``, the ``--preset
 pr7435-scale-context-per-request`` record (:mod:`affinity_sim.prscale_context`), renders
 as the sensitivity table: its "mean prompt per request" is the legacy runs'
@@ -14,7 +14,8 @@ as the sensitivity table: its "mean prompt per request" is the legacy runs'
 pr7435-scale-dispersion`` record (:mod:`affinity_sim.prscale_dispersion`), renders as the
 dispersion table, with ``A``'s rows as its log-sigma 0.8 line, and ``E``, the
 ``--preset pr7435-scale-step-size`` record (:mod:`affinity_sim.prscale_stepsize`), as the
-step-size table, with ``A``'s rows as its 512-prompt line. Rates are means over seeds
+step-size table, with ``A``'s rows as its 512-prompt line (``F``, ``--preset
+pr7435-scale-turns``, likewise with its q 1 line). Rates are means over seeds
 of the per-step values; changes, intervals and p-values are the summaries' (paired
 median, order-statistic 95% interval, Wilcoxon). "Within ±3 pt" compares the median
 change with the PR's, at the 0.1 point shown.
@@ -28,7 +29,7 @@ import sys
 from typing import Any
 
 __all__ = ["ablation_table", "dispersion_table", "grid_table", "policies_table",
-           "prediction_table", "sensitivity_table", "step_size_table"]
+           "prediction_table", "sensitivity_table", "step_size_table", "turns_table"]
 
 ROWS = ("ctx2k", "ctx9k", "ctx20k", "ctx9k-bigkv")
 
@@ -208,6 +209,11 @@ def dispersion_table(scale: dict[str, Any], variant: dict[str, Any]) -> str:
     return grid_table(scale, variant, "sigma", 0.8, "output log-σ")
 
 
+def turns_table(scale: dict[str, Any], variant: dict[str, Any]) -> str:
+    """The turn-count sensitivity: one line per ratio q of P(k) ~ q^(k-1) (1: uniform)."""
+    return grid_table(scale, variant, "q", 1.0, "turn-count ratio q")
+
+
 def step_size_table(scale: dict[str, Any], variant: dict[str, Any]) -> str:
     """The step-size sensitivity: one line per prompts per step (512: the preset)."""
     return grid_table(scale, variant, "prompts", 512, "prompts per step")
@@ -236,14 +242,16 @@ def main(paths: list[str]) -> None:
             print(dispersion_table(scale, record), end="\n\n")
         elif record["sweep"] == "pr7435-scale-step-size":
             print(step_size_table(scale, record), end="\n\n")
+        elif record["sweep"] == "pr7435-scale-turns":
+            print(turns_table(scale, record), end="\n\n")
         else:
             print(ablation_table(record), end="\n\n")
 
 
 _USAGE = ("usage: python -m affinity_sim.prscale_report SCALE.json [ABLATION.json] "
-          "[CONTEXT-PER-REQUEST.json] [DISPERSION.json] [STEP-SIZE.json]")
+          "[CONTEXT-PER-REQUEST.json] [DISPERSION.json] [STEP-SIZE.json] [TURNS.json]")
 
 if __name__ == "__main__":
-    if not 1 <= len(sys.argv) - 1 <= 5:
+    if not 1 <= len(sys.argv) - 1 <= 6:
         sys.exit(_USAGE)
     main(sys.argv[1:])

@@ -12,6 +12,7 @@ from affinity_sim.prscale_report import (
     prediction_table,
     sensitivity_table,
     step_size_table,
+    turns_table,
 )
 
 
@@ -128,3 +129,17 @@ def test_step_size_table_marks_the_size_nearest_the_prs_hit_rate() -> None:
     assert lines[3].startswith("| 1536 |")
     # 1536's legacy hit (5.0%) is the PR's: every row's cell there carries the mark
     assert lines[3].count("‡ hit 5.0% (30.0%)") == len(ROWS)
+
+
+def test_turns_table_puts_the_prediction_at_q_1() -> None:
+    scale = _record()
+    variant = _record()
+    variant["workloads"] = [{"name": f"{row}/q-0.25"} for row in ROWS]
+    variant["reference"] = {}
+    variant["results"] = [dict(r, workload=f"{r['workload']}/q-0.25")
+                          for r in variant["results"] if r["workload"] in ROWS]
+    variant["summary"] = [dict(s, workload=f"{s['workload']}/q-0.25")
+                          for s in variant["summary"] if s["workload"] in ROWS]
+    lines = turns_table(scale, variant).splitlines()
+    assert lines[0].startswith("| turn-count ratio q (2 seeds) |")
+    assert lines[2].startswith("| 0.25 |") and lines[3].startswith("| 1 (the prediction) |")

@@ -1,6 +1,6 @@
 """The sensitivity runs of pr7435-scale: one input moved, everything else the preset's.
 
-Output dispersion (the contexts held) and step size."""
+Output dispersion and turn count (the contexts held), and step size."""
 
 from __future__ import annotations
 
@@ -19,6 +19,12 @@ from affinity_sim.prscale_dispersion import (
     dispersion_workloads,
 )
 from affinity_sim.prscale_stepsize import STEP_PROMPTS
+from affinity_sim.prscale_turns import (
+    TURN_MEDIANS,
+    TURN_RATIOS,
+    turn_workloads,
+    with_turn_ratio,
+)
 from affinity_sim.workload import Workload, plan_step
 
 
@@ -95,3 +101,34 @@ def test_the_step_size_preset_changes_only_the_number_of_prompts() -> None:
         assert w.prompts == int(prompts) and w.trajectories == 16 * int(prompts)
         assert attrs.evolve(w, name=row, prompts=512,
                             description=base[row].description) == base[row]
+
+
+def test_turn_ratio_is_a_truncated_geometric_law() -> None:
+    base = scale_workloads(prompts=2)[0]
+    for q in (0.25, 2.0):
+        turns = dict(with_turn_ratio(base, q).turns.params)
+        assert turns["values"] == [1, 2, 3, 4, 5]
+        assert turns["weights"] == [q**k for k in range(5)]
+    with pytest.raises(ValueError, match=r"q must be a turn-count ratio > 0, got 0"):
+        with_turn_ratio(base, 0)
+
+
+def test_turn_medians_hold_each_rows_context_and_move_the_turn_count() -> None:
+    base = {w.name: w for w in scale_workloads()}
+    turns: dict[float, float] = {}
+    for w in turn_workloads():
+        row, _, label = w.name.partition("/q-")
+        q = float(label)
+        assert q in TURN_RATIOS
+        assert dict(w.output_tokens.params)["median"] == TURN_MEDIANS[(row, q)]
+        contexts = _final_contexts(w)
+        assert abs(statistics.fmean(contexts) - CONTEXTS[row]) <= 0.01 * CONTEXTS[row]
+        if row == "ctx9k":
+            plans = plan_step(w, FIT_SEEDS[0])
+            turns[q] = statistics.fmean(len(p.outputs) for p in plans)
+        # every input but the turn law and the output median is the preset's
+        assert attrs.evolve(w, name=row, description=base[row].description,
+                            turns=base[row].turns,
+                            output_tokens=base[row].output_tokens) == base[row]
+    # q < 1: mostly single-turn; q > 1: mostly five turns (the limit cuts a few)
+    assert turns[0.25] < 1.4 < turns[0.5] < 2.0 < 3.5 < turns[2.0]
