@@ -85,7 +85,7 @@ def register(parser: argparse.ArgumentParser) -> None:
              "pr7435-scale: the same rows at 512 x 16 trajectories with the pool derived "
              "from the model, predicted; pr7435-scale-ablation: one modelled feature "
              "removed at a time; pr7435-scale-context-per-request, -dispersion, "
-             "-step-size and -turns: sensitivity runs)")
+             "-step-size, -turns and -pool: sensitivity runs)")
     parser.add_argument("--seeds", type=int, default=None, metavar="N",
                         help="seeds per workload, 1..100000 (paired; default: the preset's: "
                              "30 for pr7435, 10 for pr7435-scale and its sensitivity runs, 3 "

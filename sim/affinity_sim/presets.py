@@ -1,6 +1,6 @@
 """Built-in sweeps (``pr7435``, ``pr7435-scale`` and its ``-ablation``,
-``-context-per-request``, ``-dispersion``, ``-step-size`` and ``-turns`` runs, ``smoke``,
-``perf``),
+``-context-per-request``, ``-dispersion``, ``-step-size``, ``-turns`` and ``-pool`` runs,
+``smoke``, ``perf``),
 workload files.
 
 Theory of operation
@@ -171,13 +171,17 @@ def preset(name: str) -> Sweep:
         from .prscale_turns import turn_sweep
 
         return turn_sweep()
+    if name == "pr7435-scale-pool":
+        from .prscale_pool import pool_sweep
+
+        return pool_sweep()
     raise PresetError(f"unknown preset {name!r}; accepted: {', '.join(PRESETS)} or a "
                       ".toml/.yaml workload file")
 
 
 PRESETS = ("pr7435", "pr7435-scale", "pr7435-scale-ablation", "pr7435-scale-context-per-request",
-           "pr7435-scale-dispersion", "pr7435-scale-step-size", "pr7435-scale-turns", "smoke",
-           "perf")
+           "pr7435-scale-dispersion", "pr7435-scale-step-size", "pr7435-scale-turns",
+           "pr7435-scale-pool", "smoke", "perf")
 
 
 def workload_preset(ref: str) -> Workload:

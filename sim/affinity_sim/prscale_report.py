@@ -5,7 +5,7 @@ Theory of operation
 ``affinity simulate --preset pr7435-scale --json A`` and ``--preset pr7435-scale-ablation
 --json B`` record every per-seed :class:`~affinity_sim.simulate.StepResult` and the
 paired summaries. This module only reads them back and prints the Markdown tables of the
-README (``python -m affinity_sim.prscale_report A [B] ... [F]``), so every number there
+README (``python -m affinity_sim.prscale_report A [B] ... [G]``), so every number there
 can be regenerated from the JSON files and checked. ``C``, the ``--preset
 pr7435-scale-context-per-request`` record (:mod:`affinity_sim.prscale_context`), renders
 as the sensitivity table: its "mean prompt per request" is the legacy runs'
@@ -15,7 +15,8 @@ pr7435-scale-dispersion`` record (:mod:`affinity_sim.prscale_dispersion`), rende
 dispersion table, with ``A``'s rows as its log-sigma 0.8 line, and ``E``, the
 ``--preset pr7435-scale-step-size`` record (:mod:`affinity_sim.prscale_stepsize`), as the
 step-size table, with ``A``'s rows as its 512-prompt line (``F``, ``--preset
-pr7435-scale-turns``, likewise with its q 1 line). Rates are means over seeds
+pr7435-scale-turns``, and ``G``, ``--preset pr7435-scale-pool``, likewise with their
+q 1 and utilization 0.5 lines). Rates are means over seeds
 of the per-step values; changes, intervals and p-values are the summaries' (paired
 median, order-statistic 95% interval, Wilcoxon). "Within ±3 pt" compares the median
 change with the PR's, at the 0.1 point shown.
@@ -29,7 +30,8 @@ import sys
 from typing import Any
 
 __all__ = ["ablation_table", "dispersion_table", "grid_table", "policies_table",
-           "prediction_table", "sensitivity_table", "step_size_table", "turns_table"]
+           "pool_table", "prediction_table", "sensitivity_table", "step_size_table",
+           "turns_table"]
 
 ROWS = ("ctx2k", "ctx9k", "ctx20k", "ctx9k-bigkv")
 
@@ -164,30 +166,39 @@ def grid_table(scale: dict[str, Any], variant: dict[str, Any], parameter: str,
     legacy idle, per row; then how many rows have the PR's sign and are within ±3 points.
 
     ``variant``'s workloads are named ``row/<parameter>-<value>``; the ``base`` line is
-    the prediction's own record (``scale``), which also carries the PR's numbers. Per
-    row, ‡ marks the value whose legacy hit rate (vLLM 0.24 metric) is nearest the PR's
-    baseline."""
-    values = sorted({_value(w["name"], parameter) for w in variant["workloads"]} | {base})
+    the prediction's own record (``scale``), which also carries the PR's numbers. A row
+    the variant did not run shows "(not run)" and is not counted. Per row, ‡ marks the
+    value whose legacy hit rate (vLLM 0.24 metric) is nearest the PR's baseline."""
+    ran = {w["name"] for w in variant["workloads"]}
+    values = sorted({_value(name, parameter) for name in ran} | {base})
 
-    def source(value: float, row: str) -> tuple[dict[str, Any], str]:
+    def source(value: float, row: str) -> tuple[dict[str, Any], str] | None:
         if value == base:
             return scale, row
-        return variant, f"{row}/{parameter}-{value:g}"
+        name = f"{row}/{parameter}-{value:g}"
+        return (variant, name) if name in ran else None
 
     def hit_gap(value: float, row: str) -> float:
-        record, name = source(value, row)
+        found = source(value, row)
+        if found is None:
+            return float("inf")
         target: float = scale["reference"][row]["hit_rate"]
-        return abs(_mean(record, name, "legacy", "prefix_hit_rate") - target)
+        return abs(_mean(*found, "legacy", "prefix_hit_rate") - target)
 
     nearest = {row: min(values, key=lambda v: hit_gap(v, row)) for row in ROWS}
     lines = [f"| {label} ({_seeds(variant)}) | " + " | ".join(ROWS)
              + " | PR's sign · within ±3 pt |", "|---|" + "---|" * (len(ROWS) + 1)]
     for value in values:
-        cells, sign, within = [], 0, 0
+        cells, sign, within, counted = [], 0, 0, 0
         for row in ROWS:
-            record, name = source(value, row)
+            found = source(value, row)
+            if found is None:
+                cells.append("(not run)")
+                continue
+            record, name = found
             m2 = _summary(record, name, "margin-2")
             ref = scale["reference"][row]["change"]
+            counted += 1
             sign += (m2["median_change"] < 0) == (ref < 0)
             within += abs(round((m2["median_change"] - ref) * 100, 1)) <= 3
             cells.append(
@@ -197,7 +208,8 @@ def grid_table(scale: dict[str, Any], variant: dict[str, Any], parameter: str,
                 f"{_pct(m2['median_change'])} [{_pct(m2['ci_low'])}, {_pct(m2['ci_high'])}]"
                 f" · idle {_pct(_mean(record, name, 'legacy', 'idle_fraction'), False)}")
         shown = f"{value:g} (the prediction)" if value == base else f"{value:g}"
-        lines.append(f"| {shown} | " + " | ".join(cells) + f" | {sign} of 4 · {within} of 4 |")
+        lines.append(f"| {shown} | " + " | ".join(cells)
+                     + f" | {sign} of {counted} · {within} of {counted} |")
     pr = [f"hit {_pct(scale['reference'][row]['hit_rate'], False)} · m2 "
           f"{_pct(scale['reference'][row]['change'])}" for row in ROWS]
     lines.append("| PR #7435 | " + " | ".join(pr) + " | |")
@@ -212,6 +224,11 @@ def dispersion_table(scale: dict[str, Any], variant: dict[str, Any]) -> str:
 def turns_table(scale: dict[str, Any], variant: dict[str, Any]) -> str:
     """The turn-count sensitivity: one line per ratio q of P(k) ~ q^(k-1) (1: uniform)."""
     return grid_table(scale, variant, "q", 1.0, "turn-count ratio q")
+
+
+def pool_table(scale: dict[str, Any], variant: dict[str, Any]) -> str:
+    """The KV-pool sensitivity: one line per gpu_memory_utilization (0.5: the preset)."""
+    return grid_table(scale, variant, "util", 0.5, "gpu_memory_utilization")
 
 
 def step_size_table(scale: dict[str, Any], variant: dict[str, Any]) -> str:
@@ -244,14 +261,16 @@ def main(paths: list[str]) -> None:
             print(step_size_table(scale, record), end="\n\n")
         elif record["sweep"] == "pr7435-scale-turns":
             print(turns_table(scale, record), end="\n\n")
+        elif record["sweep"] == "pr7435-scale-pool":
+            print(pool_table(scale, record), end="\n\n")
         else:
             print(ablation_table(record), end="\n\n")
 
 
 _USAGE = ("usage: python -m affinity_sim.prscale_report SCALE.json [ABLATION.json] "
-          "[CONTEXT-PER-REQUEST.json] [DISPERSION.json] [STEP-SIZE.json] [TURNS.json]")
+          "[CONTEXT-PER-REQUEST.json] [DISPERSION.json] [STEP-SIZE.json] [TURNS.json] [POOL.json]")
 
 if __name__ == "__main__":
-    if not 1 <= len(sys.argv) - 1 <= 6:
+    if not 1 <= len(sys.argv) - 1 <= 7:
         sys.exit(_USAGE)
     main(sys.argv[1:])

@@ -9,6 +9,7 @@ from affinity_sim.prscale_report import (
     ablation_table,
     dispersion_table,
     policies_table,
+    pool_table,
     prediction_table,
     sensitivity_table,
     step_size_table,
@@ -143,3 +144,21 @@ def test_turns_table_puts_the_prediction_at_q_1() -> None:
     lines = turns_table(scale, variant).splitlines()
     assert lines[0].startswith("| turn-count ratio q (2 seeds) |")
     assert lines[2].startswith("| 0.25 |") and lines[3].startswith("| 1 (the prediction) |")
+
+
+def test_pool_table_leaves_a_row_not_run_out_of_the_counts() -> None:
+    scale = _record()
+    variant = _record()
+    ordinary = ROWS[:3]
+    variant["workloads"] = [{"name": f"{row}/util-0.3"} for row in ordinary]
+    variant["reference"] = {}
+    variant["results"] = [dict(r, workload=f"{r['workload']}/util-0.3")
+                          for r in variant["results"] if r["workload"] in ordinary]
+    variant["summary"] = [dict(s, workload=f"{s['workload']}/util-0.3")
+                          for s in variant["summary"] if s["workload"] in ordinary]
+    lines = pool_table(scale, variant).splitlines()
+    assert lines[2].startswith("| 0.3 |") and lines[2].count("(not run)") == 1
+    # ctx2k -2.0% (within 3 of -5.0%), ctx9k and ctx20k -9.0% (not): of 3, not of 4
+    assert lines[2].endswith("| 3 of 3 · 1 of 3 |")
+    assert lines[3].startswith("| 0.5 (the prediction) |") and "(not run)" not in lines[3]
+    assert lines[3].endswith("| 4 of 4 · 1 of 4 |")

@@ -1,6 +1,6 @@
 """The sensitivity runs of pr7435-scale: one input moved, everything else the preset's.
 
-Output dispersion and turn count (the contexts held), and step size."""
+Output dispersion and turn count (the contexts held), step size and the KV pool."""
 
 from __future__ import annotations
 
@@ -18,6 +18,7 @@ from affinity_sim.prscale_dispersion import (
     dispersed,
     dispersion_workloads,
 )
+from affinity_sim.prscale_pool import ORDINARY_ROWS, UTILIZATIONS
 from affinity_sim.prscale_stepsize import STEP_PROMPTS
 from affinity_sim.prscale_turns import (
     TURN_MEDIANS,
@@ -132,3 +133,28 @@ def test_turn_medians_hold_each_rows_context_and_move_the_turn_count() -> None:
                             output_tokens=base[row].output_tokens) == base[row]
     # q < 1: mostly single-turn; q > 1: mostly five turns (the limit cuts a few)
     assert turns[0.25] < 1.4 < turns[0.5] < 2.0 < 3.5 < turns[2.0]
+
+
+def test_the_pool_preset_changes_only_the_ordinary_rows_pools() -> None:
+    sweep = preset("pr7435-scale-pool")
+    assert [p.name for p in sweep.policies] == ["legacy", "margin-2"]
+    assert sweep.seeds == 10 and 0.5 not in UTILIZATIONS
+    base = {w.name: w for w in scale_workloads()}
+    assert len(sweep.workloads) == len(ORDINARY_ROWS) * len(UTILIZATIONS)
+    pools = {}
+    for w in sweep.workloads:
+        row, _, label = w.name.partition("/util-")
+        assert row in ORDINARY_ROWS  # the large-pool row is not re-run
+        pools[float(label)] = w.model.kv_capacity_tokens
+        assert attrs.evolve(w, name=row, description=base[row].description,
+                            model=base[row].model) == base[row]
+        assert attrs.evolve(w.model, kv_capacity_tokens=base[row].model.kv_capacity_tokens
+                            ) == base[row].model
+    # the pool follows from the model: 4 x 141 GB of HBM per unit of utilization, at
+    # 64 layers x 8 KV heads x 128 x 2 (K, V) x 2 bytes = 262,144 bytes a token
+    slope = (pools[0.7] - pools[0.3]) / 0.4
+    assert abs(slope - 4 * 141e9 / 262_144) < 5
+    # monotone in the utilization, around the preset's 0.5 pool and below the 0.9 one
+    preset_pool = base["ctx9k"].model.kv_capacity_tokens
+    large_pool = base["ctx9k-bigkv"].model.kv_capacity_tokens
+    assert pools[0.3] < pools[0.4] < preset_pool < pools[0.7] < large_pool
