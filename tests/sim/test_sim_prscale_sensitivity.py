@@ -26,6 +26,8 @@ from affinity_sim.prscale_turns import (
     turn_workloads,
     with_turn_ratio,
 )
+from affinity_sim.routing import parse_policy
+from affinity_sim.simulate import simulate_step
 from affinity_sim.workload import Workload, plan_step
 
 
@@ -158,3 +160,19 @@ def test_the_pool_preset_changes_only_the_ordinary_rows_pools() -> None:
     preset_pool = base["ctx9k"].model.kv_capacity_tokens
     large_pool = base["ctx9k-bigkv"].model.kv_capacity_tokens
     assert pools[0.3] < pools[0.4] < preset_pool < pools[0.7] < large_pool
+
+
+def _legacy_hit(workload: Workload) -> float:
+    return simulate_step(workload, parse_policy("legacy"), 0).prefix_hit_rate
+
+
+def test_the_cliffs_the_configuration_explanations_rest_on() -> None:
+    # sim/README.md explains ctx2k's miss by its pool and the large pool's hit rate by its
+    # step size: each rests on the cache crossing a cliff. One legacy step, seed 0, each.
+    ctx2k = next(w for w in preset("pr7435-scale").workloads if w.name == "ctx2k")
+    small_pool = next(w for w in preset("pr7435-scale-pool").workloads
+                      if w.name == "ctx2k/util-0.3")
+    assert _legacy_hit(ctx2k) > 0.8 and _legacy_hit(small_pool) < 0.2
+    bigkv = next(w for w in preset("pr7435-scale-step-size").workloads
+                 if w.name == "ctx9k-bigkv/prompts-256")
+    assert _legacy_hit(bigkv) > 0.9  # 3% at the preset's 512 prompts
