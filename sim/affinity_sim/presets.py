@@ -38,6 +38,7 @@ model preset, default ``qwen2.5-32b-tp4-h200``).
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -133,6 +134,18 @@ def _perf_workload() -> Workload:
         max_context=32_768, model=base.model.with_capacity(200_000))
 
 
+# The PR-scale prediction and its ablation and sensitivity runs: preset -> (module, builder).
+_PR_SCALE = {
+    "pr7435-scale": ("prscale", "scale_sweep"),
+    "pr7435-scale-ablation": ("prscale", "ablation_sweep"),
+    "pr7435-scale-context-per-request": ("prscale_context", "per_request_sweep"),
+    "pr7435-scale-dispersion": ("prscale_dispersion", "dispersion_sweep"),
+    "pr7435-scale-step-size": ("prscale_stepsize", "step_size_sweep"),
+    "pr7435-scale-turns": ("prscale_turns", "turn_sweep"),
+    "pr7435-scale-pool": ("prscale_pool", "pool_sweep"),
+}
+
+
 def preset(name: str) -> Sweep:
     """A built-in sweep by name (see :data:`PRESETS`)."""
     policies = tuple(parse_policies(DEFAULT_POLICIES))
@@ -147,41 +160,16 @@ def preset(name: str) -> Sweep:
         return Sweep(name=name, workloads=(_perf_workload(),),
                      policies=tuple(parse_policies(["legacy"])), seeds=1,
                      description="timing: 16 replicas, 512 trajectories x 8 turns")
-    if name == "pr7435-scale":
-        from .prscale import scale_sweep
-
-        return scale_sweep()
-    if name == "pr7435-scale-ablation":
-        from .prscale import ablation_sweep
-
-        return ablation_sweep()
-    if name == "pr7435-scale-context-per-request":
-        from .prscale_context import per_request_sweep
-
-        return per_request_sweep()
-    if name == "pr7435-scale-dispersion":
-        from .prscale_dispersion import dispersion_sweep
-
-        return dispersion_sweep()
-    if name == "pr7435-scale-step-size":
-        from .prscale_stepsize import step_size_sweep
-
-        return step_size_sweep()
-    if name == "pr7435-scale-turns":
-        from .prscale_turns import turn_sweep
-
-        return turn_sweep()
-    if name == "pr7435-scale-pool":
-        from .prscale_pool import pool_sweep
-
-        return pool_sweep()
+    if name in _PR_SCALE:
+        module, function = _PR_SCALE[name]
+        # Imported on use: each PR-scale module is only needed for its own preset.
+        built: Sweep = getattr(importlib.import_module(f".{module}", __package__), function)()
+        return built
     raise PresetError(f"unknown preset {name!r}; accepted: {', '.join(PRESETS)} or a "
                       ".toml/.yaml workload file")
 
 
-PRESETS = ("pr7435", "pr7435-scale", "pr7435-scale-ablation", "pr7435-scale-context-per-request",
-           "pr7435-scale-dispersion", "pr7435-scale-step-size", "pr7435-scale-turns",
-           "pr7435-scale-pool", "smoke", "perf")
+PRESETS = ("pr7435", *_PR_SCALE, "smoke", "perf")
 
 
 def workload_preset(ref: str) -> Workload:

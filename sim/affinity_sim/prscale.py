@@ -58,7 +58,7 @@ from __future__ import annotations
 
 import math
 import statistics
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import attrs
 
@@ -68,8 +68,8 @@ from .routing import parse_policies
 from .sweep import Sweep
 from .workload import Workload, plan_step, plan_summary
 
-__all__ = ["ABLATIONS", "SCALE_POLICIES", "ablation_sweep", "fit_contexts", "scale_sweep",
-           "scale_workloads"]
+__all__ = ["ABLATIONS", "SCALE_POLICIES", "ablation_sweep", "fit_contexts", "fit_shape_medians",
+           "scale_sweep", "scale_workloads", "sensitivity_sweep"]
 
 # verl 0.9.1 rollout defaults (verl/trainer/config/rollout/rollout.yaml).
 VERL_DEFAULT_UTILIZATION = 0.5
@@ -231,6 +231,29 @@ def fit_contexts(seeds: Sequence[int] = (1000, 1001), independent: bool = False
         fitted, achieved = fit_output_median(w, CONTEXTS[w.name], seeds)
         out[w.name] = (dict(fitted.output_tokens.params)["median"], achieved)
     return out
+
+
+def fit_shape_medians(shape: Callable[[Workload, float], Workload], values: Sequence[float],
+                      seeds: Sequence[int] = (1000, 1001)
+                      ) -> dict[tuple[str, float], tuple[float, float]]:
+    """Per (row, value): the output median that keeps the row's PR context under
+    ``shape(row, value)``, and the mean final context it gives (within 1%; plans only)."""
+    from .calibrate import fit_output_median
+
+    out: dict[tuple[str, float], tuple[float, float]] = {}
+    for w in scale_workloads():
+        for value in values:
+            fitted, achieved = fit_output_median(shape(w, value), CONTEXTS[w.name], seeds)
+            out[(w.name, value)] = (dict(fitted.output_tokens.params)["median"], achieved)
+    return out
+
+
+def sensitivity_sweep(name: str, workloads: tuple[Workload, ...], description: str) -> Sweep:
+    """A sensitivity run's sweep: legacy and margin 2, 10 seeds, the PR's numbers attached
+    (for the rows the run keeps the names of; report tables read them from the preset's)."""
+    return Sweep(name=name, workloads=workloads,
+                 policies=tuple(parse_policies(("legacy", "margin-2"))), seeds=10,
+                 reference=_PR_REFERENCE, description=description)
 
 
 def mean_context(workload: Workload, seeds: Sequence[int] = (0, 1)) -> float:

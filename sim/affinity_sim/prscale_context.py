@@ -39,8 +39,7 @@ from collections.abc import Iterable, Sequence
 import attrs
 
 from .calibrate import _with_median
-from .prscale import CONTEXTS, scale_workloads
-from .routing import parse_policies
+from .prscale import CONTEXTS, scale_workloads, sensitivity_sweep
 from .sweep import Sweep
 from .workload import TrajectoryPlan, Workload, plan_step
 
@@ -163,12 +162,8 @@ def per_request_workloads() -> tuple[Workload, ...]:
 
 def per_request_sweep() -> Sweep:
     """Legacy and margin 2 on the four rows under the per-request reading, 10 seeds."""
-    from .prscale import scale_sweep
-
-    return Sweep(name="pr7435-scale-context-per-request", workloads=per_request_workloads(),
-                 policies=tuple(parse_policies(("legacy", "margin-2"))), seeds=10,
-                 reference=scale_sweep().reference,
-                 description="sensitivity: pr7435-scale with the PR's context read as the "
+    return sensitivity_sweep("pr7435-scale-context-per-request", per_request_workloads(),
+                             "sensitivity: pr7435-scale with the PR's context read as the "
                              "mean prompt per request (decided after the prediction missed)")
 
 

@@ -36,10 +36,8 @@ from collections.abc import Sequence
 
 import attrs
 
-from .calibrate import fit_output_median
 from .distributions import parse
-from .prscale import CONTEXTS, OUTPUT_SIGMA, scale_sweep, scale_workloads
-from .routing import parse_policies
+from .prscale import CONTEXTS, OUTPUT_SIGMA, fit_shape_medians, scale_workloads, sensitivity_sweep
 from .sweep import Sweep
 from .workload import Workload
 
@@ -70,13 +68,10 @@ def fit_dispersion_medians(sigmas: Sequence[float] = DISPERSIONS,
                            seeds: Sequence[int] = FIT_SEEDS
                            ) -> dict[tuple[str, float], tuple[float, float]]:
     """Per (row, sigma): (output median, achieved mean final context), within 1%."""
-    out: dict[tuple[str, float], tuple[float, float]] = {}
-    for w in scale_workloads():
-        for sigma in sigmas:
-            start = dispersed(w, sigma, float(dict(w.output_tokens.params)["median"]))
-            fitted, achieved = fit_output_median(start, CONTEXTS[w.name], seeds)
-            out[(w.name, sigma)] = (dict(fitted.output_tokens.params)["median"], achieved)
-    return out
+    def shape(w: Workload, sigma: float) -> Workload:
+        return dispersed(w, sigma, float(dict(w.output_tokens.params)["median"]))
+
+    return fit_shape_medians(shape, sigmas, seeds)
 
 
 # Recorded by ``python -m affinity_sim.prscale_dispersion`` (seeds 1000-1001), to 0.1
@@ -105,10 +100,8 @@ def dispersion_workloads() -> tuple[Workload, ...]:
 
 def dispersion_sweep() -> Sweep:
     """Legacy and margin 2 on the four rows at each dispersion, 10 seeds."""
-    return Sweep(name="pr7435-scale-dispersion", workloads=dispersion_workloads(),
-                 policies=tuple(parse_policies(("legacy", "margin-2"))), seeds=10,
-                 reference=scale_sweep().reference,
-                 description="sensitivity: pr7435-scale at other output log-sigmas, the "
+    return sensitivity_sweep("pr7435-scale-dispersion", dispersion_workloads(),
+                             "sensitivity: pr7435-scale at other output log-sigmas, the "
                              "contexts held (decided after the prediction missed)")
 
 

@@ -28,8 +28,7 @@ from __future__ import annotations
 
 import attrs
 
-from .prscale import replica_model, scale_sweep, scale_workloads
-from .routing import parse_policies
+from .prscale import replica_model, scale_workloads, sensitivity_sweep
 from .sweep import Sweep
 from .workload import Workload
 
@@ -57,8 +56,6 @@ def pool_workloads() -> tuple[Workload, ...]:
 
 def pool_sweep() -> Sweep:
     """Legacy and margin 2 on the ordinary rows at each utilization, 10 seeds."""
-    return Sweep(name="pr7435-scale-pool", workloads=pool_workloads(),
-                 policies=tuple(parse_policies(("legacy", "margin-2"))), seeds=10,
-                 reference=scale_sweep().reference,
-                 description="sensitivity: pr7435-scale's ordinary rows at other KV pools "
+    return sensitivity_sweep("pr7435-scale-pool", pool_workloads(),
+                             "sensitivity: pr7435-scale's ordinary rows at other KV pools "
                              "(decided after the prediction missed)")

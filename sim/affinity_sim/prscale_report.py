@@ -54,8 +54,8 @@ def _summary(record: dict[str, Any], workload: str, policy: str) -> dict[str, An
 def prediction_table(record: dict[str, Any]) -> str:
     """Baseline hit rates and margin 2's change per row, next to the PR's."""
     lines = ["| workload | PR context | PR baseline hit | **predicted baseline hit** (vLLM "
-             "0.24 metric) | same, counted at admission | PR margin 2 | **predicted margin 2**"
-             " [95% CI] | predicted − PR | p | within ±3 pt |",
+             "0.24 metric) | same runs, counted at admission | PR margin 2 | **predicted "
+             "margin 2** [95% CI] | predicted − PR | p | within ±3 pt |",
              "|---|---|---|---|---|---|---|---|---|---|"]
     for row in ROWS:
         ref = record["reference"][row]

@@ -34,8 +34,7 @@ from __future__ import annotations
 
 import attrs
 
-from .prscale import scale_sweep, scale_workloads
-from .routing import parse_policies
+from .prscale import scale_workloads, sensitivity_sweep
 from .sweep import Sweep
 from .workload import Workload
 
@@ -55,8 +54,6 @@ def step_size_workloads() -> tuple[Workload, ...]:
 
 def step_size_sweep() -> Sweep:
     """Legacy and margin 2 on the four rows at each step size, 10 seeds."""
-    return Sweep(name="pr7435-scale-step-size", workloads=step_size_workloads(),
-                 policies=tuple(parse_policies(("legacy", "margin-2"))), seeds=10,
-                 reference=scale_sweep().reference,
-                 description="sensitivity: pr7435-scale at other step sizes (decided after "
+    return sensitivity_sweep("pr7435-scale-step-size", step_size_workloads(),
+                             "sensitivity: pr7435-scale at other step sizes (decided after "
                              "the prediction missed)")

@@ -28,10 +28,9 @@ from collections.abc import Sequence
 
 import attrs
 
-from .calibrate import _with_median, fit_output_median
+from .calibrate import _with_median
 from .distributions import parse
-from .prscale import CONTEXTS, scale_sweep, scale_workloads
-from .routing import parse_policies
+from .prscale import CONTEXTS, fit_shape_medians, scale_workloads, sensitivity_sweep
 from .sweep import Sweep
 from .workload import Workload
 
@@ -55,12 +54,7 @@ def with_turn_ratio(workload: Workload, q: float) -> Workload:
 def fit_turn_medians(ratios: Sequence[float] = TURN_RATIOS, seeds: Sequence[int] = FIT_SEEDS
                      ) -> dict[tuple[str, float], tuple[float, float]]:
     """Per (row, q): (output median, achieved mean final context), within 1%."""
-    out: dict[tuple[str, float], tuple[float, float]] = {}
-    for w in scale_workloads():
-        for q in ratios:
-            fitted, achieved = fit_output_median(with_turn_ratio(w, q), CONTEXTS[w.name], seeds)
-            out[(w.name, q)] = (dict(fitted.output_tokens.params)["median"], achieved)
-    return out
+    return fit_shape_medians(with_turn_ratio, ratios, seeds)
 
 
 # Recorded by ``python -m affinity_sim.prscale_turns`` (seeds 1000-1001), to 0.1 token;
@@ -91,10 +85,8 @@ def turn_workloads() -> tuple[Workload, ...]:
 
 def turn_sweep() -> Sweep:
     """Legacy and margin 2 on the four rows at each turn-count ratio, 10 seeds."""
-    return Sweep(name="pr7435-scale-turns", workloads=turn_workloads(),
-                 policies=tuple(parse_policies(("legacy", "margin-2"))), seeds=10,
-                 reference=scale_sweep().reference,
-                 description="sensitivity: pr7435-scale with other turn-count laws, the "
+    return sensitivity_sweep("pr7435-scale-turns", turn_workloads(),
+                             "sensitivity: pr7435-scale with other turn-count laws, the "
                              "contexts held (decided after the prediction missed)")
 
 

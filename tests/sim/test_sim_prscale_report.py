@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
 from typing import Any
 
+import pytest
 from affinity_sim.prscale_report import (
     ROWS,
     ablation_table,
@@ -42,6 +45,19 @@ def _record() -> dict[str, Any]:
     return {"reference": reference, "results": results, "summary": summary,
             "seeds": [0, 1], "policies": [{"name": "legacy"}, {"name": "margin-2"}],
             "workloads": [{"name": n} for n in names]}
+
+
+def _variant(suffix: str, rows: tuple[str, ...] = ROWS) -> dict[str, Any]:
+    """A sensitivity record: ``rows`` renamed ``row/suffix``; as recorded, no workload of
+    the run is named like a PR row, so it carries no reference of its own."""
+    record = _record()
+    record["workloads"] = [{"name": f"{row}/{suffix}"} for row in rows]
+    record["reference"] = {}
+    record["results"] = [dict(r, workload=f"{r['workload']}/{suffix}")
+                         for r in record["results"] if r["workload"] in rows]
+    record["summary"] = [dict(s, workload=f"{s['workload']}/{suffix}")
+                         for s in record["summary"] if s["workload"] in rows]
+    return record
 
 
 def test_prediction_table_means_and_the_three_point_band() -> None:
@@ -93,17 +109,10 @@ def test_sensitivity_table_next_to_the_prediction() -> None:
 
 def test_dispersion_table_puts_the_prediction_at_sigma_0_8() -> None:
     scale = _record()
-    variant = _record()
-    names = [f"{row}/sigma-1.1" for row in ROWS]
-    variant["workloads"] = [{"name": n} for n in names]
-    variant["reference"] = {}  # as recorded: no workload of the run is named like a PR row
-    variant["results"] = [dict(r, workload=f"{r['workload']}/sigma-1.1")
-                          for r in variant["results"] if r["workload"] in ROWS]
-    variant["summary"] = [dict(s, workload=f"{s['workload']}/sigma-1.1",
-                               median_change=0.01 if s["workload"] == "ctx2k" else -0.06)
-                          if s["policy"] == "margin-2" else
-                          dict(s, workload=f"{s['workload']}/sigma-1.1")
-                          for s in variant["summary"] if s["workload"] in ROWS]
+    variant = _variant("sigma-1.1")
+    variant["summary"] = [dict(s, median_change=0.01 if s["workload"] == "ctx2k/sigma-1.1"
+                               else -0.06) if s["policy"] == "margin-2" else s
+                          for s in variant["summary"]]
     lines = dispersion_table(scale, variant).splitlines()
     assert lines[2].startswith("| 0.8 (the prediction) |")
     # the prediction: ctx2k -2.0% (PR -5.0%: within), the rest -9.0% (-4 pt: not)
@@ -117,14 +126,9 @@ def test_dispersion_table_puts_the_prediction_at_sigma_0_8() -> None:
 
 def test_step_size_table_marks_the_size_nearest_the_prs_hit_rate() -> None:
     scale = _record()  # legacy hit 20% at 512 prompts; the PR's 5%
-    variant = _record()
-    variant["workloads"] = [{"name": f"{row}/prompts-1536"} for row in ROWS]
-    variant["reference"] = {}
-    variant["results"] = [dict(r, workload=f"{r['workload']}/prompts-1536",
-                               prefix_hit_rate=r["prefix_hit_rate"] / 4)
-                          for r in variant["results"] if r["workload"] in ROWS]
-    variant["summary"] = [dict(s, workload=f"{s['workload']}/prompts-1536")
-                          for s in variant["summary"] if s["workload"] in ROWS]
+    variant = _variant("prompts-1536")
+    variant["results"] = [dict(r, prefix_hit_rate=r["prefix_hit_rate"] / 4)
+                          for r in variant["results"]]
     lines = step_size_table(scale, variant).splitlines()
     assert lines[2].startswith("| 512 (the prediction) |") and "‡" not in lines[2]
     assert lines[3].startswith("| 1536 |")
@@ -133,32 +137,50 @@ def test_step_size_table_marks_the_size_nearest_the_prs_hit_rate() -> None:
 
 
 def test_turns_table_puts_the_prediction_at_q_1() -> None:
-    scale = _record()
-    variant = _record()
-    variant["workloads"] = [{"name": f"{row}/q-0.25"} for row in ROWS]
-    variant["reference"] = {}
-    variant["results"] = [dict(r, workload=f"{r['workload']}/q-0.25")
-                          for r in variant["results"] if r["workload"] in ROWS]
-    variant["summary"] = [dict(s, workload=f"{s['workload']}/q-0.25")
-                          for s in variant["summary"] if s["workload"] in ROWS]
-    lines = turns_table(scale, variant).splitlines()
+    lines = turns_table(_record(), _variant("q-0.25")).splitlines()
     assert lines[0].startswith("| turn-count ratio q (2 seeds) |")
     assert lines[2].startswith("| 0.25 |") and lines[3].startswith("| 1 (the prediction) |")
 
 
 def test_pool_table_leaves_a_row_not_run_out_of_the_counts() -> None:
-    scale = _record()
-    variant = _record()
-    ordinary = ROWS[:3]
-    variant["workloads"] = [{"name": f"{row}/util-0.3"} for row in ordinary]
-    variant["reference"] = {}
-    variant["results"] = [dict(r, workload=f"{r['workload']}/util-0.3")
-                          for r in variant["results"] if r["workload"] in ordinary]
-    variant["summary"] = [dict(s, workload=f"{s['workload']}/util-0.3")
-                          for s in variant["summary"] if s["workload"] in ordinary]
-    lines = pool_table(scale, variant).splitlines()
+    lines = pool_table(_record(), _variant("util-0.3", ROWS[:3])).splitlines()
     assert lines[2].startswith("| 0.3 |") and lines[2].count("(not run)") == 1
     # ctx2k -2.0% (within 3 of -5.0%), ctx9k and ctx20k -9.0% (not): of 3, not of 4
     assert lines[2].endswith("| 3 of 3 · 1 of 3 |")
     assert lines[3].startswith("| 0.5 (the prediction) |") and "(not run)" not in lines[3]
     assert lines[3].endswith("| 4 of 4 · 1 of 4 |")
+
+
+REPO = Path(__file__).resolve().parents[2]
+GRID_TABLES = {"dispersion": dispersion_table, "step-size": step_size_table,
+               "turns": turns_table, "pool": pool_table}
+
+
+def _recorded(name: str) -> dict[str, Any]:
+    with open(REPO / "sim" / f"{name}.json", encoding="utf-8") as handle:
+        record: dict[str, Any] = json.load(handle)
+    return record
+
+
+def _rendered(table: str) -> str:
+    scale = _recorded("pr7435-scale")
+    if table == "prediction":
+        return prediction_table(scale)
+    if table == "policies":
+        return policies_table(scale)
+    if table == "ablation":
+        return ablation_table(_recorded("pr7435-scale-ablation"))
+    if table == "context-per-request":
+        return sensitivity_table(scale, _recorded("pr7435-scale-context-per-request"))
+    return GRID_TABLES[table](scale, _recorded(f"pr7435-scale-{table}"))
+
+
+@pytest.mark.parametrize("table", ["prediction", "policies", "ablation",
+                                   "context-per-request", *sorted(GRID_TABLES)])
+def test_the_readmes_pr_scale_tables_are_the_recorded_runs(table: str) -> None:
+    # Every line of each PR-scale table in sim/README.md is what the recorded JSON renders
+    # to now (the README may add columns to the right): a table edited by hand, or a
+    # record re-run without updating the README, fails here.
+    readme = (REPO / "sim" / "README.md").read_text(encoding="utf-8")
+    missing = [line for line in _rendered(table).splitlines() if line not in readme]
+    assert not missing, f"sim/README.md lacks these lines of the {table} table: {missing}"

@@ -4,8 +4,11 @@ Output dispersion and turn count (the contexts held), step size and the KV pool.
 
 from __future__ import annotations
 
+import json
 import math
 import statistics
+from pathlib import Path
+from typing import Any
 
 import attrs
 import pytest
@@ -176,3 +179,30 @@ def test_the_cliffs_the_configuration_explanations_rest_on() -> None:
     bigkv = next(w for w in preset("pr7435-scale-step-size").workloads
                  if w.name == "ctx9k-bigkv/prompts-256")
     assert _legacy_hit(bigkv) > 0.9  # 3% at the preset's 512 prompts
+
+
+def _rounded(value: Any) -> Any:
+    """The record's JSON keeps 7 significant digits: compare at 5."""
+    if isinstance(value, float):
+        return float(f"{value:.5g}")
+    if isinstance(value, dict):
+        return {k: _rounded(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_rounded(v) for v in value]
+    return value
+
+
+@pytest.mark.parametrize("run", ["context-per-request", "dispersion", "step-size", "turns",
+                                 "pool"])
+def test_each_recorded_run_is_its_preset_as_defined_now(run: str) -> None:
+    path = Path(__file__).resolve().parents[2] / "sim" / f"pr7435-scale-{run}.json"
+    record = json.loads(path.read_text(encoding="utf-8"))
+    sweep = preset(f"pr7435-scale-{run}")
+    described = json.loads(json.dumps([w.describe() for w in sweep.workloads]))
+    assert _rounded(described) == _rounded(record["workloads"])
+    assert [p["name"] for p in record["policies"]] == [p.name for p in sweep.policies]
+    assert record["seeds"] == list(range(sweep.seeds))
+    # every (workload, policy, seed) step is in the record, once
+    steps = sorted((r["workload"], r["policy"], r["seed"]) for r in record["results"])
+    assert steps == sorted((w.name, p.name, s) for w in sweep.workloads
+                           for p in sweep.policies for s in range(sweep.seeds))
