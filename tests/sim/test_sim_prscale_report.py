@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from affinity_sim.prscale_figure import panel_points, plot
 from affinity_sim.prscale_report import (
     ROWS,
     ablation_table,
@@ -184,3 +185,17 @@ def test_the_readmes_pr_scale_tables_are_the_recorded_runs(table: str) -> None:
     readme = (REPO / "sim" / "README.md").read_text(encoding="utf-8")
     missing = [line for line in _rendered(table).splitlines() if line not in readme]
     assert not missing, f"sim/README.md lacks these lines of the {table} table: {missing}"
+
+
+def test_sensitivity_figure_points_and_file(tmp_path: Path) -> None:
+    scale = _record()
+    variant = _variant("util-0.3", ROWS[:3])
+    variant["results"] = [dict(r, prefix_hit_rate=0.05) for r in variant["results"]]
+    points = panel_points(scale, variant, "util", 0.5, "ctx2k")
+    # the variant's 0.3 (legacy hit 5%, the PR's) is nearest; the preset's 0.5 is not
+    assert [(p[0], p[4]) for p in points] == [(0.3, True), (0.5, False)]
+    assert points[1][1:4] == pytest.approx((-2.0, -3.0, -1.0))  # median, CI low, high (%)
+    assert [p[0] for p in panel_points(scale, variant, "util", 0.5, "ctx9k-bigkv")] == [0.5]
+    out = tmp_path / "figure.png"
+    plot(scale, {"pr7435-scale-pool": variant}, out)
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
