@@ -134,8 +134,9 @@ def measure(reps: int, contended: bool = False) -> dict[str, Any]:
         with VllmFleet(python, model, Path(tmp) / "logs", count=2 if contended else 1,
                        gpu_blocks=64, max_num_seqs=2, ready_timeout=900) as fleet:
             url = fleet.urls[0]
-            for _ in range(2):  # warm-up
-                _post(url, _body(rng, 64, 8))
+            for _ in range(2):  # warm-up, every server (a cold one answers its first
+                for warm in fleet.urls:  # requests seconds late and would idle the neighbour)
+                    _post(warm, _body(rng, 64, 8))
             busy = _Neighbour(fleet.urls[1]) if contended else None
             with busy if busy is not None else nullcontext():
                 _probe(url, rng, reps, rows)
