@@ -29,7 +29,13 @@ Shared by ``affinity serve`` and the simulator (``context_source = "reuse"``).
 
 from __future__ import annotations
 
-__all__ = ["ReuseMeter"]
+__all__ = ["MAX_TOKENS", "ReuseMeter"]
+
+# The largest count a report may carry: vLLM's counters are 64-bit. A larger one is a
+# corrupt report, and accepting it would outweigh every honest report for good (the sums
+# are cumulative) and make the sums too long to print (/status once answered 500 after
+# ten reports of 4,299 digits: Python refuses to format ints of more than 4,300 digits).
+MAX_TOKENS = 2**63 - 1
 
 
 class ReuseMeter:
@@ -45,11 +51,12 @@ class ReuseMeter:
         """A continuing turn on ``server_id`` completed with these usage numbers.
 
         Raises ``ValueError`` (and records nothing) unless ``0 <= cached_tokens <=
-        prompt_tokens``: a backend reporting more cached than prompt tokens is wrong, and
-        one bad report must not skew every later decision."""
+        prompt_tokens <= MAX_TOKENS``: a backend reporting more cached than prompt tokens
+        is wrong, and one bad report must not skew every later decision."""
         if isinstance(prompt_tokens, bool) or not isinstance(prompt_tokens, int) \
-                or prompt_tokens < 0:
-            raise ValueError(f"prompt_tokens must be an integer >= 0, got {prompt_tokens!r}")
+                or not 0 <= prompt_tokens <= MAX_TOKENS:
+            raise ValueError(f"prompt_tokens must be an integer in [0, {MAX_TOKENS}], "
+                             f"got {prompt_tokens!r}")
         if isinstance(cached_tokens, bool) or not isinstance(cached_tokens, int) \
                 or not 0 <= cached_tokens <= prompt_tokens:
             raise ValueError(f"cached_tokens must be in [0, prompt_tokens={prompt_tokens}], "

@@ -29,7 +29,8 @@ Only after the response is finished is the tail parsed (:func:`parse_usage`):
   text ``"usage":`` cannot occur inside a JSON string (an inner quote is escaped), so
   the match is a key; vLLM writes ``usage`` after ``choices``, so it is in the tail.
 
-Only well-formed integers count: ``0 <= cached_tokens <= prompt_tokens``, no booleans.
+Only well-formed integers count: ``0 <= cached_tokens <= prompt_tokens < 2**63``, no
+booleans.
 The result of each parsed response is counted in
 ``affinity_router_reuse_reports_total{backend,result}``: ``recorded``; ``no_usage`` (no
 usage object, or one without ``prompt_tokens_details.cached_tokens``: vLLM without
@@ -47,7 +48,7 @@ import json
 import re
 from typing import Any
 
-from affinity_runtime.reuse import ReuseMeter
+from affinity_runtime.reuse import MAX_TOKENS, ReuseMeter
 
 from .metrics import Registry
 from .routing import RoutingTable
@@ -111,7 +112,7 @@ def _numbers(usage: object) -> tuple[int, int] | str:
         if isinstance(value, bool) or not isinstance(value, int):
             return "invalid"
     assert isinstance(prompt, int) and isinstance(cached, int)
-    if not 0 <= cached <= prompt:
+    if not 0 <= cached <= prompt <= MAX_TOKENS:  # beyond 64 bits: corrupt (MAX_TOKENS)
         return "invalid"
     return prompt, cached
 

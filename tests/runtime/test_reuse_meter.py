@@ -9,6 +9,7 @@ from __future__ import annotations
 import pytest
 
 from affinity_runtime import ReuseMeter
+from affinity_runtime.reuse import MAX_TOKENS
 
 
 def test_the_meter_scales_by_each_servers_reuse_with_integer_arithmetic() -> None:
@@ -36,8 +37,10 @@ def test_a_zero_prompt_report_is_evidence_of_nothing() -> None:
     (1000, 1001, "cached_tokens must be in [0, prompt_tokens=1000], got 1001"),
     (1000, True, "cached_tokens must be in [0, prompt_tokens=1000], got True"),
     (1000, 2.0, "cached_tokens must be in [0, prompt_tokens=1000], got 2.0"),
-    (-5, 0, "prompt_tokens must be an integer >= 0, got -5"),
-    ("10", 0, "prompt_tokens must be an integer >= 0, got '10'"),
+    (-5, 0, f"prompt_tokens must be an integer in [0, {MAX_TOKENS}], got -5"),
+    ("10", 0, f"prompt_tokens must be an integer in [0, {MAX_TOKENS}], got '10'"),
+    # newuser2: a corrupt 4,299-digit report was recorded and outweighed every honest one.
+    (2**63, 0, f"prompt_tokens must be an integer in [0, {MAX_TOKENS}], got {2**63}"),
 ])
 def test_bad_reports_name_the_value_and_change_nothing(prompt: object, cached: object,
                                                        fragment: str) -> None:
@@ -56,3 +59,9 @@ def test_a_server_that_leaves_starts_afresh() -> None:
     meter.forget("a")
     meter.forget("never-seen")  # no error
     assert meter.scaled("a", 5000) == 5000
+
+
+def test_the_largest_64_bit_report_is_accepted() -> None:
+    meter = ReuseMeter()
+    meter.record("a", MAX_TOKENS, MAX_TOKENS)
+    assert MAX_TOKENS == 2**63 - 1 and meter.reuse("a") == (MAX_TOKENS, MAX_TOKENS)

@@ -310,3 +310,30 @@ def test_a_report_from_a_backend_that_left_the_pool_meanwhile_is_dropped() -> No
                                   "left_pool": 1}
     assert f.router.proxy.reuse is not None
     assert f.router.proxy.reuse.meter.reuse(first) == (0, 0)  # forgotten, not restarted
+
+
+def test_corrupt_huge_counts_are_invalid_and_status_still_answers() -> None:
+    """newuser2: eleven kept turns each reporting 4,299-digit counts were recorded; the
+    sums grew past the 4,300 digits Python formats, and GET /status answered 500 with a
+    traceback in the log (and the meter's ratio was that report's, for good)."""
+    huge = 9 * 10**4299
+    body = _json_body({"prompt_tokens": huge, "prompt_tokens_details": {"cached_tokens": huge}})
+
+    async def scenario() -> tuple[dict[str, float], tuple[int, int], int]:
+        async with _fake(body, "application/json") as url, \
+                router_over([url], **REUSE) as router, aiohttp.ClientSession() as client:
+            base = f"http://127.0.0.1:{router.port}"
+            for _ in range(12):
+                async with client.post(base + "/v1/completions",
+                                       json={"model": "m", "prompt": [1] * 200},
+                                       headers={"x-session-id": "s"}) as resp:
+                    assert resp.status == 200 and await resp.read() == body
+            await wait_until(lambda: router.active_requests == 0, what="the relay to end")
+            async with client.get(base + "/status") as resp:
+                status = resp.status
+            assert router.proxy.reuse is not None
+            return _reports(router, url), router.proxy.reuse.meter.reuse(url), status
+
+    reports, meter, status = run(scenario())
+    assert reports == {"recorded": 0, "no_usage": 0, "invalid": 11, "left_pool": 0}
+    assert meter == (0, 0) and status == 200

@@ -55,6 +55,9 @@ CHUNK = {"id": "c", "choices": [{"index": 0, "text": " t1"}]}
     (_usage(None, 3), "invalid"),
     ({"prompt_tokens": 5, "prompt_tokens_details": [3]}, "invalid"),
     ("usage", "invalid"),
+    (_usage(2**63 - 1, 2**63 - 1), (2**63 - 1, 2**63 - 1)),  # 64-bit counts: the limit
+    (_usage(2**63, 0), "invalid"),  # newuser2: beyond 64 bits was recorded
+    (_usage(9 * 10**4299, 10**4299), "invalid"),
 ])
 def test_whole_bodies_count_only_well_formed_integers(usage: Any, expected: Any) -> None:
     assert parse_usage(_body(usage), whole=True, stream=False) == expected
