@@ -16,6 +16,7 @@ import asyncio
 import logging
 import socket
 import sys
+from typing import Any
 
 import attrs
 
@@ -43,6 +44,19 @@ def _margin(text: str) -> int | None:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
 
+def _band_integer(flag: str) -> Any:
+    """argparse's own message for ``--affinity-break-tokens 1.5`` was "invalid int value:
+    '1.5'", which names no accepted range; the range itself is checked by the core."""
+    def parse(text: str) -> int:
+        try:
+            return int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(
+                f"{flag} must be an integer >= 1, got {text!r}") from None
+
+    return parse
+
+
 def register(parser: argparse.ArgumentParser) -> None:
     parser.formatter_class = argparse.RawDescriptionHelpFormatter
     parser.description = (
@@ -59,12 +73,14 @@ def register(parser: argparse.ArgumentParser) -> None:
     route.add_argument("--margin", type=_margin, default=d.margin.default, metavar="N|none",
                        help="affinity_break_margin: keep a session's pin while its backend's "
                        "load <= least load + N; 'none' never breaks a pin (default: none)")
-    route.add_argument("--affinity-break-tokens", type=int, default=None, metavar="T",
+    route.add_argument("--affinity-break-tokens",
+                       type=_band_integer("--affinity-break-tokens"), default=None, metavar="T",
                        help="context band: widen the margin by one request per T prompt "
                        "tokens of the request, up to --affinity-break-band-cap, so long "
                        "conversations tolerate more skew before they move; an integer >= 1, "
                        "needs --margin (default: off)")
-    route.add_argument("--affinity-break-band-cap", type=int, default=None, metavar="N",
+    route.add_argument("--affinity-break-band-cap",
+                       type=_band_integer("--affinity-break-band-cap"), default=None, metavar="N",
                        help="context band: the widest band, an integer >= 1 and >= the "
                        "margin; required with --affinity-break-tokens (default: off)")
     route.add_argument("--context-tokens", choices=CONTEXT_MODES,

@@ -84,6 +84,20 @@ def test_bad_band_options_fail_at_startup(argv: list[str], message: str,
     assert message in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("flag", ["--affinity-break-tokens", "--affinity-break-band-cap"])
+@pytest.mark.parametrize("value", ["1.5", "nan", "abc", ""])
+def test_a_band_value_that_is_no_integer_names_the_range(
+        flag: str, value: str, capsys: pytest.CaptureFixture[str]) -> None:
+    # newuser2: argparse said "invalid int value: '1.5'", naming no accepted range.
+    argv = ["--margin", "1", "--affinity-break-tokens", "100", "--affinity-break-band-cap", "2"]
+    argv[argv.index(flag) + 1] = value
+    with pytest.raises(SystemExit) as exc:
+        main(["serve", "--backend", "http://h:1", *argv])
+    assert exc.value.code == 2
+    line = capsys.readouterr().err.strip().splitlines()[-1]
+    assert line.endswith(f"argument {flag}: {flag} must be an integer >= 1, got {value!r}")
+
+
 def test_bad_context_mode_is_refused() -> None:
     with pytest.raises(OptionsError, match="context_tokens must be one of estimate, "
                        "tokenize, off, got 'guess'"):
