@@ -11,6 +11,7 @@ the value itself.
 from __future__ import annotations
 
 import asyncio
+import re
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +25,8 @@ from affinity_cli.main import main
 from affinity_conformance.decision_log import read_log
 
 from .fleet import Fleet, Reply, fleet, run, wait_until
+
+ROOT = Path(__file__).resolve().parents[2]
 
 BAND: dict[str, Any] = {"margin": 0, "affinity_break_tokens": 100,
                         "affinity_break_band_cap": 3, "tie_break": "first"}
@@ -96,6 +99,17 @@ def test_a_band_value_that_is_no_integer_names_the_range(
     assert exc.value.code == 2
     line = capsys.readouterr().err.strip().splitlines()[-1]
     assert line.endswith(f"argument {flag}: {flag} must be an integer >= 1, got {value!r}")
+
+
+def test_the_readmes_example_of_a_bad_band_is_the_real_message(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    # newuser2: the README quoted the core's option names (affinity_break_band_cap ...
+    # affinity_break_margin); the router prints its flags.
+    text = " ".join((ROOT / "adapters/affinity_vllm/README.md").read_text().split())
+    match = re.search(r"e\.g\. `affinity serve (--margin [^`]*?) \.\.\.` prints `([^`]*)`", text)
+    assert match is not None
+    assert main(["serve", "--backend", "http://h:1", *match.group(1).split()]) == 2
+    assert capsys.readouterr().err.strip() == match.group(2)
 
 
 def test_bad_context_mode_is_refused() -> None:
