@@ -65,7 +65,14 @@ class ReuseMeter:
         self.hits[server_id] = self.hits.get(server_id, 0) + cached_tokens
 
     def scaled(self, server_id: str, prompt_tokens: int) -> int:
-        """The context a session pinned to ``server_id`` sends for a ``prompt_tokens`` turn."""
+        """The context a session pinned to ``server_id`` sends for a ``prompt_tokens`` turn.
+
+        Raises ``ValueError`` unless ``prompt_tokens`` is an integer >= 0: a negative one
+        came out floored (-7 at half reuse gave -4) and a float came out a float, neither
+        a context the core accepts."""
+        if isinstance(prompt_tokens, bool) or not isinstance(prompt_tokens, int) \
+                or prompt_tokens < 0:
+            raise ValueError(f"prompt_tokens must be an integer >= 0, got {prompt_tokens!r}")
         lookups = self.lookups.get(server_id, 0)
         if lookups == 0:
             return prompt_tokens

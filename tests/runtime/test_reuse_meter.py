@@ -65,3 +65,17 @@ def test_the_largest_64_bit_report_is_accepted() -> None:
     meter = ReuseMeter()
     meter.record("a", MAX_TOKENS, MAX_TOKENS)
     assert MAX_TOKENS == 2**63 - 1 and meter.reuse("a") == (MAX_TOKENS, MAX_TOKENS)
+
+
+@pytest.mark.parametrize("prompt", [-7, 1.5, True, None, "10"])
+@pytest.mark.parametrize("evidence", [False, True])
+def test_a_bad_prompt_length_to_scale_is_refused(prompt: object, evidence: bool) -> None:
+    # newuser2: -7 at half reuse came out -4, 1.5 came out 0.0, and without evidence any
+    # value was passed through unchanged.
+    meter = ReuseMeter()
+    if evidence:
+        meter.record("a", 10, 5)
+    with pytest.raises(ValueError) as info:
+        meter.scaled("a", prompt)  # type: ignore[arg-type]
+    assert str(info.value) == f"prompt_tokens must be an integer >= 0, got {prompt!r}"
+    assert meter.reuse("a") == ((5, 10) if evidence else (0, 0))
