@@ -258,7 +258,10 @@ class Proxy:
         """Relay the response; True when it reached the client complete. ``tail``
         (``--context-reuse``) gets a copy of the body's end."""
         headers = end_to_end(upstream.headers) + tags
-        streaming = any(n == b"content-type" and v.startswith(b"text/event-stream")
+        # Media types are case-insensitive (RFC 9110 8.3.1): "Text/Event-Stream" was held
+        # up to RELAY_BUFFER like a JSON body, and its usage read as invalid JSON.
+        streaming = any(n == b"content-type"
+                        and v.strip().lower().startswith(b"text/event-stream")
                         for n, v in upstream.headers)
         if streaming:
             if tail is not None:

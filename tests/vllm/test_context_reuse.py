@@ -209,7 +209,7 @@ def test_a_backend_leaving_the_pool_forgets_its_reuse() -> None:
 async def _fake(body: bytes, content_type: str) -> AsyncIterator[str]:
     """One backend answering every generation request with ``body``."""
     async def generate(request: web.Request) -> web.StreamResponse:
-        if content_type == "text/event-stream":
+        if content_type.lower() == "text/event-stream":
             response = web.StreamResponse(headers={"Content-Type": content_type})
             await response.prepare(request)
             for start in range(0, len(body), 50):  # many small chunks, like tokens
@@ -262,6 +262,7 @@ GOOD = {"prompt_tokens": 200, "completion_tokens": 1, "total_tokens": 201,
     (_json_body(GOOD)[:-20], "application/json", "invalid"),  # truncated
     (_stream_body(GOOD), "text/event-stream", "recorded"),
     (_stream_body(None), "text/event-stream", "no_usage"),  # no include_usage
+    (_stream_body(GOOD), "Text/Event-Stream", "recorded"),  # newuser2: read as JSON
     (_stream_body({**GOOD, "prompt_tokens_details": {"cached_tokens": -1}}),
      "text/event-stream", "invalid"),
 ])
