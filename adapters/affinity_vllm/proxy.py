@@ -181,6 +181,9 @@ class Proxy:
                        tries: int, measured: bool) -> tuple[int, int, bool]:
         sid = lease.server_id
         client = request.connection
+        # --context-reuse: the backend's stay in the pool this attempt belongs to, noted
+        # before the first await (a report from an earlier stay is dropped).
+        membership = 0 if self.reuse is None else self.reuse.membership(sid)
         tags = [(b"x-affinity-backend", self._encoded(sid)),
                 (b"x-affinity-path", lease.path.encode())]
         if tries:
@@ -229,7 +232,7 @@ class Proxy:
             if reuse is None or status != 200 or lease.path != "kept":
                 await self._relay(client, upstream, sid, status, tags, None)
             else:  # a continuing turn: its usage feeds the reuse meter once it is relayed
-                tail = UsageTail()
+                tail = UsageTail(membership=membership)
                 if await self._relay(client, upstream, sid, status, tags, tail):
                     reuse.finished(sid, tail)
             return _DONE, status, measured

@@ -36,7 +36,9 @@ The result of each parsed response is counted in
 usage object, or one without ``prompt_tokens_details.cached_tokens``: vLLM without
 ``--enable-prompt-tokens-details``, or a stream without ``include_usage``); ``invalid``
 (unparseable, or values out of range); ``left_pool`` (the backend left the pool while
-the response ran: its evidence was forgotten and is not restarted by a late report).
+the response ran -- even if it is back by the time the response ends: its evidence was
+forgotten and is not restarted, or polluted, by a report measured before it left; each
+backend's membership is numbered, and the proxy notes the number when the attempt starts).
 Nothing here can fail or delay the client's response: parsing runs after it ended and
 never raises. When a backend leaves the pool its evidence is dropped
 (:meth:`ReuseFeed.forget`); a returning backend starts afresh.
@@ -65,9 +67,9 @@ _DECODER = json.JSONDecoder()
 class UsageTail:
     """The last :data:`TAIL_BYTES` (at least) of a relayed body, or a body held whole."""
 
-    __slots__ = ("buffer", "held", "limit", "stream", "whole")
+    __slots__ = ("buffer", "held", "limit", "membership", "stream", "whole")
 
-    def __init__(self, limit: int = TAIL_BYTES) -> None:
+    def __init__(self, limit: int = TAIL_BYTES, membership: int = 0) -> None:
         if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
             raise ValueError(f"limit must be an integer >= 1, got {limit!r}")
         self.limit = limit
@@ -75,6 +77,7 @@ class UsageTail:
         self.held: bytes | None = None
         self.whole = True  # nothing was dropped: the tail is the whole body
         self.stream = False  # an event stream (set by the proxy from the content type)
+        self.membership = membership  # ReuseFeed.membership(sid) when the attempt started
 
     def hold(self, body: bytes) -> None:
         """The whole body, held by the proxy anyway (no copy)."""
@@ -181,6 +184,11 @@ class ReuseFeed:
         for sid in table.servers:
             for result in RESULTS:
                 self.reports.samples[sid, result] = 0.0
+        self._left: dict[str, int] = {}  # times each backend left the pool
+
+    def membership(self, sid: str) -> int:
+        """Which stay of ``sid`` in the pool this is (bumped each time it leaves)."""
+        return self._left.get(sid, 0)
 
     def context(self, key: str | None, prompt_tokens: int | None) -> int | None:
         """``c`` for an acquire: scaled by the reuse of the backend ``key`` is pinned to."""
@@ -195,8 +203,8 @@ class ReuseFeed:
         parsed = parse_usage(tail.tail(), whole=tail.whole, stream=tail.stream)
         if not isinstance(parsed, tuple):
             result = parsed
-        elif not self.table.is_active(sid):
-            result = "left_pool"
+        elif not self.table.is_active(sid) or tail.membership != self.membership(sid):
+            result = "left_pool"  # gone, or gone and back: it measured a cache now forgotten
         else:
             try:
                 self.meter.record(sid, *parsed)  # _numbers validated them; the meter too
@@ -214,6 +222,7 @@ class ReuseFeed:
         """``sid`` left the pool: drop its evidence (and its gauge)."""
         self.meter.forget(sid)
         self.ratio.remove(sid)
+        self._left[sid] = self._left.get(sid, 0) + 1
 
     def status(self) -> dict[str, Any]:
         """Per backend: the cached and looked-up tokens behind the scaling."""

@@ -338,3 +338,29 @@ def test_corrupt_huge_counts_are_invalid_and_status_still_answers() -> None:
     reports, meter, status = run(scenario())
     assert reports == {"recorded": 0, "no_usage": 0, "invalid": 11, "left_pool": 0}
     assert meter == (0, 0) and status == 200
+
+
+def test_a_report_from_before_a_backend_left_and_returned_is_dropped() -> None:
+    """newuser2: a kept turn in flight while its backend left the pool and came back was
+    recorded into the returning backend's fresh sums (R-BAND-6: a server that leaves loses
+    its sums; the turn measured the cache it had before it left)."""
+    async def scenario() -> tuple[Fleet, str]:
+        async with fleet(2, **REUSE) as f:
+            first = f.router.table.servers[0]
+            for ids in TURNS[:2]:
+                await f.complete("conv", prompt=ids)
+            f.stubs[0].options.delay = 0.3
+            turn = asyncio.create_task(f.complete("conv", prompt=TURNS[2]))
+            await wait_until(lambda: f.router.table.inflight(first) == 1, what="the turn")
+            f.router.probed(first, False)  # out of the pool: its sums are forgotten
+            assert f.router.table.add(first)  # and back (a passing check would do this)
+            reply = await turn
+            assert reply.status == 200 and reply.path == "kept"
+            await settle(f)
+            return f, first
+
+    f, first = run(scenario())
+    assert _reports(f, first) == {"recorded": 1, "no_usage": 0, "invalid": 0,
+                                  "left_pool": 1}
+    assert f.router.proxy.reuse is not None
+    assert f.router.proxy.reuse.meter.reuse(first) == (0, 0)  # still fresh
