@@ -46,13 +46,17 @@ def _margin(text: str) -> int | None:
 
 def _band_integer(flag: str) -> Any:
     """argparse's own message for ``--affinity-break-tokens 1.5`` was "invalid int value:
-    '1.5'", which names no accepted range; the range itself is checked by the core."""
-    def parse(text: str) -> int:
+    '1.5'", which names no accepted range; the range itself is checked by the core. The
+    core's message for 0 says "must be null or an integer >= 1", so 'none' / 'null' are
+    accepted too (off, the default), as for --margin."""
+    def parse(text: str) -> int | None:
+        if text.strip().lower() in ("none", "null"):
+            return None
         try:
             return int(text)
         except ValueError:
             raise argparse.ArgumentTypeError(
-                f"{flag} must be an integer >= 1, got {text!r}") from None
+                f"{flag} must be 'none' or an integer >= 1, got {text!r}") from None
 
     return parse
 
@@ -74,15 +78,17 @@ def register(parser: argparse.ArgumentParser) -> None:
                        help="affinity_break_margin: keep a session's pin while its backend's "
                        "load <= least load + N; 'none' never breaks a pin (default: none)")
     route.add_argument("--affinity-break-tokens",
-                       type=_band_integer("--affinity-break-tokens"), default=None, metavar="T",
+                       type=_band_integer("--affinity-break-tokens"), default=None,
+                       metavar="T|none",
                        help="context band: widen the margin by one request per T prompt "
                        "tokens of the request, up to --affinity-break-band-cap, so long "
                        "conversations tolerate more skew before they move; an integer >= 1, "
-                       "needs --margin (default: off)")
+                       "needs --margin (default: none, off)")
     route.add_argument("--affinity-break-band-cap",
-                       type=_band_integer("--affinity-break-band-cap"), default=None, metavar="N",
+                       type=_band_integer("--affinity-break-band-cap"), default=None,
+                       metavar="N|none",
                        help="context band: the widest band, an integer >= 1 and >= the "
-                       "margin; required with --affinity-break-tokens (default: off)")
+                       "margin; required with --affinity-break-tokens (default: none, off)")
     route.add_argument("--context-tokens", choices=CONTEXT_MODES,
                        default=d.context_tokens.default,
                        help="context band: the prompt length of a request with a session key "

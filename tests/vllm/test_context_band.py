@@ -16,12 +16,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from affinity_vllm.cli import options_from_args
 from affinity_vllm.context import BYTES_PER_TOKEN, estimate_tokens, token_ids_length
 from affinity_vllm.options import OptionsError, RouterOptions
 from affinity_vllm.stub import StubServer
 from aiohttp import web
 
-from affinity_cli.main import main
+from affinity_cli.main import build_parser, main
 from affinity_conformance.decision_log import read_log
 
 from .fleet import Fleet, Reply, fleet, run, wait_until
@@ -98,7 +99,19 @@ def test_a_band_value_that_is_no_integer_names_the_range(
         main(["serve", "--backend", "http://h:1", *argv])
     assert exc.value.code == 2
     line = capsys.readouterr().err.strip().splitlines()[-1]
-    assert line.endswith(f"argument {flag}: {flag} must be an integer >= 1, got {value!r}")
+    assert line.endswith(f"argument {flag}: {flag} must be 'none' or an integer >= 1, "
+                         f"got {value!r}")
+
+
+def test_none_is_off_as_the_message_for_zero_says() -> None:
+    # newuser2: "--affinity-break-tokens must be null or an integer >= 1, got 0", and
+    # then "--affinity-break-tokens null" was refused.
+    args = build_parser(["serve"]).parse_args(
+        ["serve", "--backend", "http://h:1", "--margin", "1", "--affinity-break-tokens",
+         "null", "--affinity-break-band-cap", "None"])
+    options = options_from_args(args)
+    assert options.affinity_break_tokens is None and options.affinity_break_band_cap is None
+    assert not options.core_config().context_band
 
 
 def test_the_readmes_example_of_a_bad_band_is_the_real_message(
