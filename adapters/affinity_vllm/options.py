@@ -218,6 +218,13 @@ class RouterOptions:
             raise OptionsError("context_reuse scales the prompt length, which context_tokens "
                                "'off' never counts; accepted with it: estimate, tokenize "
                                "(--context-reuse with --context-tokens off)")
+        if self.context_reuse and self.full_determinism:
+            # The core ignores c under full determinism: the meter would parse every kept
+            # response and report a reuse that changes nothing.
+            raise OptionsError("context_reuse scales the context band's c, which "
+                               "full_determinism ignores (pins are always kept, new keys hashed); "
+                               "accepted with it: full_determinism False "
+                               "(--context-reuse with --full-determinism)")
 
     def core_config(self) -> Config:
         try:

@@ -57,6 +57,10 @@ def _reports(f_or_router: Any, sid: str) -> dict[str, float]:
      "context_tokens 'off' never counts; accepted with it: estimate, tokenize "
      "(--context-reuse with --context-tokens off)"),
     ({**BAND, "context_reuse": "yes"}, "context_reuse must be True or False, got 'yes'"),
+    # newuser2: accepted, then every kept response parsed for a c the core ignores.
+    ({**REUSE, "full_determinism": True}, "context_reuse scales the context band's c, "
+     "which full_determinism ignores (pins are always kept, new keys hashed); accepted with it: "
+     "full_determinism False (--context-reuse with --full-determinism)"),
 ])
 def test_bad_reuse_options_are_refused(options: dict[str, Any], message: str) -> None:
     with pytest.raises(OptionsError) as caught:
@@ -69,6 +73,8 @@ def test_bad_reuse_options_are_refused(options: dict[str, Any], message: str) ->
     (["--margin", "1", "--affinity-break-tokens", "100", "--affinity-break-band-cap", "2",
       "--context-tokens", "off", "--context-reuse"],
      "(--context-reuse with --context-tokens off)"),
+    (["--margin", "1", "--affinity-break-tokens", "100", "--affinity-break-band-cap", "2",
+      "--full-determinism", "--context-reuse"], "(--context-reuse with --full-determinism)"),
 ])
 def test_bad_reuse_flags_fail_at_startup(argv: list[str], message: str,
                                          capsys: pytest.CaptureFixture[str]) -> None:
