@@ -21,8 +21,9 @@ iff it differs from its default (``tie_draw`` 0, null), so ``request_hash`` 0 an
 values of an acquire are refused by the decoder too (a ``CodecError``). States reached by
 a fixed trace (external loads, a full sticky map, leases, non-ASCII ids) must round-trip,
 encode ``servers`` as in-flight counts (R-OBS-2) and print non-ASCII ids unescaped; a
-lease-mode state given without its book decodes with one fresh epoch per server, and a
-load given as a boolean is refused.
+lease-mode state given without its book decodes with one fresh epoch per server, an
+external load of 0 decodes as none, and a load given as a boolean or as -1 is refused.
+:func:`check_defaults` reads SPEC's Default column off ``Config()``.
 """
 
 from __future__ import annotations
@@ -48,7 +49,8 @@ from affinity_core import (
 from affinity_core.codec import CodecError
 from affinity_core.events import ClearStickyCache, Event
 
-__all__ = ["EVENT_CASES", "EventCase", "check_codec", "check_derived", "check_events"]
+__all__ = ["EVENT_CASES", "EventCase", "check_codec", "check_defaults", "check_derived",
+           "check_events"]
 
 _REFUSED = object()
 _SURROGATE = "\ud800"
@@ -195,13 +197,20 @@ def _round_trip(value: Any, data: Any, decode: Any, problems: list[str]) -> None
 
 
 def _check_config_codec(problems: list[str]) -> None:
+    from affinity_core import DualThreshold
+
     from .config_table import CASES
 
+    built: list[object] = []
     for case in CASES:
         try:
-            config = case.build(case.value)
+            built.append(case.build(case.value))
         except Exception:  # the configuration table judges the refusals
             continue
+    # the table's gates are bare DualThresholds: gates with integral and reducible rels
+    built += [Config(dual_threshold=DualThreshold(a, r)) for a, r in
+              ((1, 1), (0, 2), (-3, "6/4"), (2, 10**20), (1, "11/10"))]
+    for config in built:
         if not isinstance(config, Config):
             continue
         data = codec.config_to_json(config)
@@ -210,6 +219,14 @@ def _check_config_codec(problems: list[str]) -> None:
                 (band & set(data) and not band <= set(data)):
             problems.append(f"{config!r} encodes as {data}: the band's keys must be present "
                             "iff set (R-CFG-6)")
+        gate = config.dual_threshold
+        if gate is not None:  # canonical text: lowest terms, "p" when q = 1 (R-CODEC-1)
+            rel = gate.balance_rel_threshold
+            text = str(rel.numerator) if rel.denominator == 1 else \
+                f"{rel.numerator}/{rel.denominator}"
+            written = data["dual_threshold"]["balance_rel_threshold"]
+            if written != text:
+                problems.append(f"rel {rel!r} encodes as {written!r}; SPEC: {text!r}")
         _round_trip(config, data, codec.config_from_json, problems)
 
 
@@ -254,11 +271,19 @@ def _check_state_codec(problems: list[str]) -> None:
     if given != initial_state(lease, ["b", "a"]):
         problems.append("a lease-mode state without a book does not decode to the initial "
                         f"state: epochs {dict(given.leases.epoch)}")
-    try:
-        codec.state_from_json(lease, {"servers": [["a", True]]})
-        problems.append("state.servers [\"a\", true] decoded; SPEC: integers only")
-    except CodecError:
-        pass
+    # SPEC: a state stores only non-zero external loads, so an explicit 0 is the state
+    # without it (a stored 0 breaks R-ST-2's well-formedness and the state's equality).
+    plain = Config()
+    zero = codec.state_from_json(plain, {"servers": [["a", 1]], "external": {"a": 0}})
+    if zero != codec.state_from_json(plain, {"servers": [["a", 1]]}):
+        problems.append(f"external load 0 decodes into the state: {dict(zero.external)}")
+    for load in (True, -1):  # integers only; counts are >= 0 (R-CONS-1)
+        try:
+            codec.state_from_json(lease, {"servers": [["a", load]]})
+            problems.append(f"state.servers [\"a\", {json.dumps(load)}] decoded; SPEC: "
+                            "integers >= 0 only")
+        except CodecError:
+            pass
 
 
 def check_derived() -> tuple[int, list[str]]:
@@ -288,6 +313,38 @@ def check_derived() -> tuple[int, list[str]]:
                 problems.append(f"{config!r}: (policy, context_band, evaluates_pins) = {got}, "
                                 f"SPEC says {want}")
     return checked, problems
+
+
+def check_defaults() -> tuple[int, list[str]]:
+    """SPEC section 2's Default column, on the configuration a caller gets by naming
+    nothing (built through the module, so a patched constructor is the one judged), the
+    gate's relative threshold (3/2, R-CFG-5), and the decoder's defaults: ``{}`` is that
+    configuration."""
+    from fractions import Fraction
+
+    import affinity_core.config as config_mod
+
+    want: dict[str, Any] = {
+        "affinity_break_margin": None, "dual_threshold": None, "max_cache_size": 10000,
+        "full_determinism": False, "tie_break": config_mod.TieBreak.FIRST,
+        "hash_mode": config_mod.HashMode.CALLER, "lease_accounting": False,
+        "affinity_break_tokens": None, "affinity_break_band_cap": None,
+    }
+    problems: list[str] = []
+    default = config_mod.Config()
+    for name, value in want.items():
+        got = getattr(default, name)
+        if not _same(got, value):
+            problems.append(f"Config().{name} = {got!r}; SPEC's default is {value!r}")
+    rel = config_mod.DualThreshold(1).balance_rel_threshold
+    if not _same(rel, Fraction(3, 2)):
+        problems.append(f"DualThreshold(1).balance_rel_threshold = {rel!r}; SPEC: 3/2")
+    if config_mod.DEFAULT_MAX_CACHE_SIZE != 10000:
+        problems.append(f"DEFAULT_MAX_CACHE_SIZE = {config_mod.DEFAULT_MAX_CACHE_SIZE!r}")
+    decoded = codec.config_from_json({})
+    if decoded != default:
+        problems.append(f"config {{}} decodes as {decoded!r}, not the default {default!r}")
+    return len(want) + 3, problems
 
 
 def check_codec() -> tuple[int, list[str]]:

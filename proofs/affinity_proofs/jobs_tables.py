@@ -127,7 +127,8 @@ def config_job() -> list[Row]:
 
 def input_rows() -> list[Row]:
     """Obligation 19 beyond the configuration: the event edge-value table (R-EV-2), the
-    encoding's round trip (R-CODEC-1) and the derived flags, each with its control."""
+    encoding's round trip (R-CODEC-1), the derived flags and the defaults, each with its
+    control."""
     from . import input_table
     from .mutants import by_name
 
@@ -142,7 +143,11 @@ def input_rows() -> list[Row]:
              "decode(encode(x)) == x through canonical text; defaults omitted, nothing else"),
             ("derived configuration flags", input_table.check_derived,
              "context_band_under_determinism", "policy, context_band, evaluates_pins",
-             ("R-POL-1", "R-BAND-5", "R-DET-4"), "every flag as SPEC's words define it")):
+             ("R-POL-1", "R-BAND-5", "R-DET-4"), "every flag as SPEC's words define it"),
+            ("configuration defaults", input_table.check_defaults, "cache_default_shifted",
+             "SPEC section 2's Default column, the gate's rel, config {}",
+             ("R-CFG-1", "R-CFG-5", "R-CODEC-1"),
+             "every option defaults as SPEC's table says")):
         start = time.perf_counter()
         checked, problems = check()
         with by_name(control).applied():

@@ -13,7 +13,9 @@ check, in the same run, must find a problem with it applied:
   module, as every event's ``__init__`` does);
 * ``request_hash_zero_not_encoded``: the encoder treats ``request_hash = 0`` as absent,
   so a caller hash of 0 decodes as null and a ``full_determinism`` replay is rejected;
-* ``context_band_under_determinism``: ``Config.context_band`` forgets R-BAND-5.
+* ``context_band_under_determinism``: ``Config.context_band`` forgets R-BAND-5;
+* ``cache_default_shifted``: a configuration that names no ``max_cache_size`` gets 10001
+  (the third audit's survivor ``b3_cache_default``: no check read SPEC's Default column).
 
 They belong to obligation 19 only, which has no BFS search, so they add no BFS job.
 """
@@ -31,6 +33,7 @@ from .mutants_base import Mutant, patched
 __all__ = ["INPUT_MUTANTS"]
 
 events_mod = importlib.import_module("affinity_core.events")
+config_mod = importlib.import_module("affinity_core.config")
 codec_mod = importlib.import_module("affinity_core.codec")
 
 
@@ -63,6 +66,18 @@ def _context_band_under_determinism() -> Iterator[None]:
         yield
 
 
+def _cache_default_shifted() -> Iterator[None]:
+    original = config_mod.Config
+
+    def shifted(**kwargs: Any) -> Config:
+        kwargs.setdefault("max_cache_size", 10001)
+        built: Config = original(**kwargs)
+        return built
+
+    with patched(config_mod, "Config", shifted):
+        yield
+
+
 INPUT_MUTANTS: tuple[Mutant, ...] = (
     Mutant("tie_draw_negative_accepted", "an acquire accepts a negative tie_draw", (19,),
            _tie_draw_negative_accepted),
@@ -70,4 +85,6 @@ INPUT_MUTANTS: tuple[Mutant, ...] = (
            "null)", (19,), _request_hash_zero_not_encoded),
     Mutant("context_band_under_determinism", "Config.context_band is true under "
            "full_determinism", (19,), _context_band_under_determinism),
+    Mutant("cache_default_shifted", "max_cache_size defaults to 10001, not SPEC's 10000",
+           (19,), _cache_default_shifted),
 )

@@ -63,6 +63,10 @@ def _exhibits() -> list[Exhibit]:
         m0, evolve(pre, lru=StickyLru.from_items(3, (("a", "s0"), ("b", "s0"), ("c", "s1"))))))
     add("well_formed", "a stale sorted mirror", False, lambda: inv.well_formed(
         m0, evolve(pre, sorted_servers=("s1", "s0"))))
+    add("well_formed", "a negative kept counter (R-ST-2)", False, lambda: inv.well_formed(
+        m0, evolve(pre, affinity_kept=-1)))
+    add("well_formed", "a negative broken counter (R-ST-2)", False, lambda: inv.well_formed(
+        m0, evolve(pre, affinity_broken=-1)))
     add("leases_match_loads", "a real lease-mode step", True, lambda: inv.leases_match_loads(
         lease, step(lease, leased, Acquire(request_id="a")).state))
     add("leases_match_loads", "a count without its lease (R-LEASE-5)", False,
@@ -80,6 +84,12 @@ def _exhibits() -> list[Exhibit]:
                                    Transition(evolve(ok.state, pool=pre.pool), ok.outcome)))
     add("counters_monotonic", "a counter that goes down (R-CNT-2)", False,
         lambda: inv.counters_monotonic(evolve(pre, affinity_kept=1), Transition(pre, ok.outcome)))
+    add("counters_monotonic", "a counter that moves by two in one step (R-CNT-2)", False,
+        lambda: inv.counters_monotonic(pre, Transition(evolve(pre, affinity_kept=2),
+                                                       ok.outcome)))
+    add("counters_monotonic", "both counters moving in one step (R-CNT-2)", False,
+        lambda: inv.counters_monotonic(pre, Transition(
+            evolve(pre, affinity_kept=1, affinity_broken=1), ok.outcome)))
     add("rejection_preserves_state", "a rejection that drops a live entry (R-OUT-2)", False,
         lambda: inv.rejection_preserves_state(pinned, Transition(
             evolve(pinned, lru=pinned.lru.delete("a")),

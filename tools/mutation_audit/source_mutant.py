@@ -1,0 +1,27 @@
+"""The record of one audit mutant: an exact source edit of one file of ``affinity_core``.
+
+Kept apart from the catalogues so that each catalogue module (``catalogue.py``, the
+third set's ``catalogue_b3.py``) can import it without importing the other.
+"""
+
+from __future__ import annotations
+
+import attrs
+
+__all__ = ["SourceMutant", "mutant"]
+
+
+@attrs.frozen
+class SourceMutant:
+    id: str
+    path: str  # relative to the repository root
+    old: str
+    new: str
+    description: str
+    equivalent: str | None = None  # why no observable behaviour differs
+
+
+def mutant(id: str, path: str, old: str, new: str, description: str,
+           equivalent: str | None = None) -> SourceMutant:
+    """A mutant of ``affinity_core/<path>``: ``old`` (which must occur exactly once) -> ``new``."""
+    return SourceMutant(id, f"affinity_core/{path}", old, new, description, equivalent)
