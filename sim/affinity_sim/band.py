@@ -47,8 +47,11 @@ from typing import Any
 
 import attrs
 
+from affinity_cli.paths import file_problem
+
 from .costmodel import ReplicaModel
-from .records import load, merge_records, parse_seed_ranges, select_seeds
+from .records import RecordError, load, merge_records, parse_seed_ranges, select_seeds
+from .report import FIGURE_SUFFIXES
 from .stats import median_ci, wilcoxon_p
 from .workload import Workload, plan_step
 
@@ -335,6 +338,13 @@ def main(argv: list[str] | None = None) -> int:
                         help="use only these seeds (every policy summarized on the same seeds)")
     parser.add_argument("--png", default=None, help="also draw one panel per workload here")
     args = parser.parse_args(argv)
+    # The figure's path is checked before anything is printed, not after the tables.
+    why = file_problem(Path(args.png)) if args.png else None
+    if why is None and args.png and Path(args.png).suffix not in FIGURE_SUFFIXES:
+        why = f"{args.png}: the figure's file name must end in {', '.join(FIGURE_SUFFIXES)}"
+    if why is not None:
+        print(f"error: --png: {why}", file=sys.stderr)
+        return 2
     try:
         if len(args.record) == 1 and args.seeds is None:
             record = load(args.record[0])
@@ -342,18 +352,19 @@ def main(argv: list[str] | None = None) -> int:
             record = merge_records([(path, load(path)) for path in args.record])
             if args.seeds is not None:
                 record = select_seeds(record, parse_seed_ranges(args.seeds))
-    except (OSError, ValueError) as exc:  # RecordError and bad JSON are ValueErrors
+    except RecordError as exc:  # load names the file; merging names the row
         print(f"error: {exc}", file=sys.stderr)
         return 2
     if not any(row["policy"] == args.band for row in record["results"]):
         names = sorted({row["policy"] for row in record["results"]})
         print(f"--band {args.band!r} is not in the record; accepted: {names}", file=sys.stderr)
         return 2
-    print(policy_table(record))
-    print()
-    print(markdown(record, args.band))
-    print()
-    print(regret_table(record))
+    try:  # every table built before the first is printed
+        tables = [policy_table(record), markdown(record, args.band), regret_table(record)]
+    except ValueError as exc:  # e.g. no margin-N policy to compare the band with
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    print("\n\n".join(tables))
     if args.png:
         plot(record, args.png, args.band)
         print(f"\nsaved {args.png}")

@@ -30,7 +30,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from affinity_cli.paths import file_problem
 
 from .presets import PRESETS, load_sweep, preset
-from .report import render_tables, run_record, write_json, write_png
+from .report import FIGURE_SUFFIXES, render_tables, run_record, write_json, write_png
 from .routing import DEFAULT_POLICIES, parse_policies
 from .stats import summarize
 from .sweep import Sweep, run_sweep
@@ -38,7 +38,6 @@ from .sweep import Sweep, run_sweep
 __all__ = ["register", "run"]
 
 
-FIGURE_SUFFIXES = (".png", ".svg", ".pdf")  # what write_png's matplotlib call can write
 MAX_WORKERS = 1024
 MAX_SEEDS = 100_000
 MAX_REPLICAS = 65_536

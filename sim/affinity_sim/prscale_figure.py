@@ -15,13 +15,15 @@ hit rate is nearest the PR's (the ‡ of the tables). No simulation runs here::
 
 from __future__ import annotations
 
-import json
 import statistics
 import sys
 from pathlib import Path
 from typing import Any
 
+from affinity_cli.paths import file_problem
+
 from .prscale_report import ROWS
+from .records import RecordError, load
 
 __all__ = ["PANELS", "panel_points", "plot"]
 
@@ -118,12 +120,19 @@ def main(argv: list[str]) -> int:
               "(the sensitivity records are read from SCALE.json's folder)", file=sys.stderr)
         return 2
     scale_path = Path(argv[0])
-    scale = json.loads(scale_path.read_text(encoding="utf-8"))
-    variants = {}
-    for stem, *_ in PANELS:
-        path = scale_path.with_name(f"{stem}.json")
-        if path.exists():
-            variants[stem] = json.loads(path.read_text(encoding="utf-8"))
+    why = file_problem(Path(argv[1]))
+    try:
+        if why is not None:
+            raise RecordError(f"OUT.png: {why}")
+        scale = load(scale_path)
+        variants = {}
+        for stem, *_ in PANELS:
+            path = scale_path.with_name(f"{stem}.json")
+            if path.exists():
+                variants[stem] = load(path)
+    except RecordError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     plot(scale, variants, argv[1])
     print(f"wrote {argv[1]} ({len(variants)} panels)")
     return 0

@@ -24,10 +24,11 @@ change with the PR's, at the 0.1 point shown.
 
 from __future__ import annotations
 
-import json
 import statistics
 import sys
 from typing import Any
+
+from .records import RecordError, load
 
 __all__ = ["ablation_table", "dispersion_table", "grid_table", "policies_table",
            "pool_table", "prediction_table", "sensitivity_table", "step_size_table",
@@ -237,9 +238,7 @@ def step_size_table(scale: dict[str, Any], variant: dict[str, Any]) -> str:
 
 
 def _load(path: str) -> dict[str, Any]:
-    with open(path, encoding="utf-8") as handle:
-        record: dict[str, Any] = json.load(handle)
-    return record
+    return load(path)  # a RecordError naming the file if it is not a run record
 
 
 def _seeds(record: dict[str, Any]) -> str:
@@ -247,24 +246,24 @@ def _seeds(record: dict[str, Any]) -> str:
     return f"{len(seeds)} seeds" if isinstance(seeds, list) else f"{seeds} seeds"
 
 
-def main(paths: list[str]) -> None:
-    scale = _load(paths[0])
+def main(paths: list[str]) -> int:
+    try:
+        records = [_load(path) for path in paths]  # every file checked before any output
+    except RecordError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    scale = records[0]
     print(prediction_table(scale), end="\n\n")
     print(policies_table(scale), end="\n\n")
-    for path in paths[1:]:
-        record = _load(path)
-        if record["sweep"] == "pr7435-scale-context-per-request":
-            print(sensitivity_table(scale, record), end="\n\n")
-        elif record["sweep"] == "pr7435-scale-dispersion":
-            print(dispersion_table(scale, record), end="\n\n")
-        elif record["sweep"] == "pr7435-scale-step-size":
-            print(step_size_table(scale, record), end="\n\n")
-        elif record["sweep"] == "pr7435-scale-turns":
-            print(turns_table(scale, record), end="\n\n")
-        elif record["sweep"] == "pr7435-scale-pool":
-            print(pool_table(scale, record), end="\n\n")
-        else:
-            print(ablation_table(record), end="\n\n")
+    tables = {"pr7435-scale-context-per-request": sensitivity_table,
+              "pr7435-scale-dispersion": dispersion_table,
+              "pr7435-scale-step-size": step_size_table,
+              "pr7435-scale-turns": turns_table,
+              "pr7435-scale-pool": pool_table}
+    for record in records[1:]:
+        table = tables.get(str(record.get("sweep")))
+        print(table(scale, record) if table else ablation_table(record), end="\n\n")
+    return 0
 
 
 _USAGE = ("usage: python -m affinity_sim.prscale_report SCALE.json [ABLATION.json] "
@@ -273,4 +272,4 @@ _USAGE = ("usage: python -m affinity_sim.prscale_report SCALE.json [ABLATION.jso
 if __name__ == "__main__":
     if not 1 <= len(sys.argv) - 1 <= 7:
         sys.exit(_USAGE)
-    main(sys.argv[1:])
+    sys.exit(main(sys.argv[1:]))

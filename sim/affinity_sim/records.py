@@ -12,12 +12,18 @@ keeps the rows of some seeds only, so every policy's summary is taken over the s
 sample). Summaries are recomputed from the rows by :func:`affinity_sim.stats.summarize`,
 never copied from a piece.
 
-``python -m affinity_sim.band A.json B.json --seeds 0-29 --band NAME`` uses both.
+``python -m affinity_sim.band A.json B.json --seeds 0-29 --band NAME`` uses both, and
+``python -m affinity_sim.records A.json B.json [--seeds 0-29] --json MERGED.json`` writes
+the merged record for any other reader. :func:`load` is the one reader of a record file:
+a file that is unreadable, not JSON or has no ``results`` list is a :class:`RecordError`
+that names the file, so every CLI over records fails with one line, not a traceback.
 """
 
 from __future__ import annotations
 
+import argparse
 import json
+import sys
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -25,7 +31,7 @@ from typing import Any
 from .simulate import StepResult
 from .stats import summarize
 
-__all__ = ["ROUNDING_S", "RecordError", "load", "merge_records", "parse_seed_ranges",
+__all__ = ["ROUNDING_S", "RecordError", "load", "main", "merge_records", "parse_seed_ranges",
            "select_seeds"]
 
 ROUNDING_S = 1e-3  # write_json rounds step times; equal rows may differ by that much
@@ -108,6 +114,70 @@ def select_seeds(record: Mapping[str, Any], seeds: Iterable[int]) -> dict[str, A
     return _with_summary(rows, [str(record.get("sweep", "record"))])
 
 
+_ROW_KEYS = ("workload", "policy", "seed", "step_time_s")
+
+
 def load(path: str | Path) -> dict[str, Any]:
-    data: dict[str, Any] = json.loads(Path(path).read_text(encoding="utf-8"))
-    return data
+    """A run record read from ``path``; a RecordError naming the file if it is not one."""
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        raise RecordError(f"{path}: cannot be read ({reason})") from None
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise RecordError(f"{path}: not JSON ({exc.msg} at line {exc.lineno})") from None
+    results = data.get("results") if isinstance(data, dict) else None
+    if not isinstance(results, list):
+        raise RecordError(f"{path}: not a run record of `affinity simulate --json` "
+                          "(no 'results' list)")
+    for index, row in enumerate(results):
+        missing = [k for k in _ROW_KEYS if not isinstance(row, dict) or k not in row]
+        if missing:
+            raise RecordError(f"{path}: results[{index}] lacks {', '.join(missing)}")
+    record: dict[str, Any] = data
+    if "summary" not in record or "seeds" not in record:  # a hand-made or trimmed record
+        try:
+            derived = _with_summary([dict(row) for row in results], [str(path)])
+        except (TypeError, ValueError) as exc:
+            raise RecordError(f"{path}: its rows are not step results ({exc})") from None
+        record = {**derived, "sweep": record.get("sweep", derived["sweep"])}
+    return record
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m affinity_sim.records", description=(
+        "Merge `affinity simulate --json` records by seed (rows they share must agree) and "
+        "write the union, its summaries recomputed, as one record."))
+    parser.add_argument("record", nargs="+", help="run records (JSON)")
+    parser.add_argument("--seeds", default=None, metavar="A-B[,C-D]",
+                        help="keep only these seeds (every policy summarized on the same seeds)")
+    parser.add_argument("--json", default=None, metavar="PATH",
+                        help="write the merged record here (default: print a summary only)")
+    args = parser.parse_args(argv)
+    try:
+        if args.json is not None:
+            from affinity_cli.paths import file_problem  # checked before any file is read
+            why = file_problem(Path(args.json))
+            if why is not None:
+                raise RecordError(f"--json: {why}")
+        record = merge_records([(path, load(path)) for path in args.record])
+        if args.seeds is not None:
+            record = select_seeds(record, parse_seed_ranges(args.seeds))
+    except RecordError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    workloads = sorted({row["workload"] for row in record["results"]})
+    policies = sorted({row["policy"] for row in record["results"]})
+    print(f"{len(record['results'])} rows from {len(args.record)} record(s): "
+          f"{len(workloads)} workloads {workloads}, {len(policies)} policies {policies}, "
+          f"{len(record['seeds'])} seeds")
+    if args.json is not None:
+        Path(args.json).write_text(json.dumps(record, indent=1) + "\n", encoding="utf-8")
+        print(f"wrote {args.json}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

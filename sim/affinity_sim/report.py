@@ -28,7 +28,9 @@ from .simulate import StepResult
 from .stats import PolicySummary
 from .sweep import Sweep
 
-__all__ = ["render_tables", "run_record", "write_json", "write_png"]
+__all__ = ["FIGURE_SUFFIXES", "render_tables", "run_record", "write_json", "write_png"]
+
+FIGURE_SUFFIXES = (".png", ".svg", ".pdf")  # what write_png's matplotlib call can write
 
 
 def _pct(value: float, signed: bool = True) -> str:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -81,3 +82,69 @@ def test_the_band_table_reads_merged_records(tmp_path: Path, capsys: pytest.Capt
     assert band_main([str(pa), str(pb), "--band", "band-m0-T50-cap2-reuse",
                       "--seeds", "7"]) == 2
     assert "no results for seeds [7]" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(("text", "says"), [
+    ("nope", "not JSON"),
+    ('{"summary": []}', "no 'results' list"),
+    ('[1, 2]', "no 'results' list"),
+    ('{"results": [{"workload": "w"}]}', r"results\[0\] lacks policy, seed, step_time_s"),
+])
+def test_a_file_that_is_no_run_record_is_refused_naming_it(
+        tmp_path: Path, text: str, says: str, capsys: pytest.CaptureFixture[str]) -> None:
+    from affinity_sim.prscale_figure import main as figure_main
+    from affinity_sim.prscale_report import main as report_main
+    from affinity_sim.records import load
+    from affinity_sim.records import main as records_main
+
+    bad = tmp_path / "bad.json"
+    bad.write_text(text, encoding="utf-8")
+    with pytest.raises(RecordError, match=f"{bad}: .*{says}"):
+        load(bad)
+    runs: list[tuple[Callable[[list[str]], int], list[str]]] = [
+        (band_main, [str(bad), "--band", "x"]), (records_main, [str(bad)]),
+        (report_main, [str(bad)]), (figure_main, [str(bad), str(tmp_path / "out.png")])]
+    for run, args in runs:
+        assert run(args) == 2
+        captured = capsys.readouterr()
+        assert captured.out == ""  # nothing printed before the refusal
+        assert str(bad) in captured.err and "Traceback" not in captured.err
+    with pytest.raises(RecordError, match=r"missing\.json: cannot be read"):
+        load(tmp_path / "missing.json")
+
+
+def test_an_unwritable_figure_path_is_refused_before_any_table_is_printed(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "r.json"
+    path.write_text(json.dumps(_record(["legacy", "margin-2", "band-m0-T50-cap2"], range(0, 3))))
+    args = [str(path), "--band", "band-m0-T50-cap2"]
+    assert band_main([*args, "--png", str(tmp_path / "no" / "x.png")]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == "" and "does not exist" in captured.err
+    assert band_main([*args, "--png", str(tmp_path / "x.txt")]) == 2
+    assert "must end in .png" in capsys.readouterr().err
+    assert band_main(args) == 0 and "band-m0-T50-cap2" in capsys.readouterr().out
+    path.write_text(json.dumps(_record(["legacy", "band-m0-T50-cap2"], range(0, 3))))
+    assert band_main(args) == 2  # nothing to compare the band with: one line, no traceback
+    captured = capsys.readouterr()
+    assert captured.out == "" and "no margin-N policy" in captured.err
+
+
+def test_the_records_command_writes_the_merged_record(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from affinity_sim.records import load
+    from affinity_sim.records import main as records_main
+
+    a, b = tmp_path / "a.json", tmp_path / "b.json"
+    a.write_text(json.dumps(_record(["legacy", "margin-0"], range(0, 3))))
+    b.write_text(json.dumps(_record(["legacy"], range(2, 5))))
+    out = tmp_path / "m.json"
+    assert records_main([str(a), str(b), "--seeds", "1-3", "--json", str(out)]) == 0
+    said = capsys.readouterr().out
+    assert "5 rows from 2 record(s)" in said and "3 seeds" in said
+    merged = load(out)
+    assert merged["seeds"] == [1, 2, 3]
+    assert sorted((r["policy"], r["seed"]) for r in merged["results"]) == [
+        ("legacy", 1), ("legacy", 2), ("legacy", 3), ("margin-0", 1), ("margin-0", 2)]
+    assert records_main([str(a), "--json", str(tmp_path / "no" / "m.json")]) == 2
+    assert "--json" in capsys.readouterr().err
