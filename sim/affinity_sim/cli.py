@@ -84,13 +84,15 @@ def register(parser: argparse.ArgumentParser) -> None:
              "pr7435-scale: the same rows at 512 x 16 trajectories with the pool derived "
              "from the model, predicted; pr7435-scale-ablation: one modelled feature "
              "removed at a time; pr7435-scale-context-per-request, -dispersion, "
-             "-step-size, -turns and -pool: sensitivity runs)")
+             "-step-size, -turns and -pool: sensitivity runs; pr7435-scale-replication: "
+             "their explaining cells on 100 fresh seeds)")
     parser.add_argument("--seeds", type=int, default=None, metavar="N",
                         help="seeds per workload, 1..100000 (paired; default: the preset's: "
                              "30 for pr7435, 10 for pr7435-scale and its sensitivity runs, 3 "
-                             "for its ablation)")
+                             "for its ablation, 100 for its replication)")
     parser.add_argument("--first-seed", type=int, default=None, metavar="N",
-                        help="first seed (default: the preset's, 0)")
+                        help="first seed (default: the preset's: 0; 3000 for "
+                             "pr7435-scale-replication)")
     parser.add_argument(
         "--policies", type=_csv, default=None, metavar="P1,P2,...",
         help="comma-separated policies: legacy, margin-N, dual-ABS[-REL], "

@@ -143,6 +143,7 @@ _PR_SCALE = {
     "pr7435-scale-step-size": ("prscale_stepsize", "step_size_sweep"),
     "pr7435-scale-turns": ("prscale_turns", "turn_sweep"),
     "pr7435-scale-pool": ("prscale_pool", "pool_sweep"),
+    "pr7435-scale-replication": ("prscale_replication", "replication_sweep"),
 }
 
 
