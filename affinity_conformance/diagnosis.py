@@ -15,6 +15,10 @@ mistakes are named outright:
   the pin): it lost the entry -- usually recency not refreshed on lookup (R-LRU-2);
 * a miss the implementation routed to the id's old server: it kept an entry the spec
   evicted (R-LRU-3, and R-LRU-2 for the refresh that decided the eviction order);
+* a hit moved under ``full_determinism`` that the margin (band, gate) would break without
+  it: the keep rule applied where the spec ignores it (R-DET-4);
+* a hit routed to the server the id was pinned to before a break: the break did not
+  re-pin (R-BREAK-1, R-BREAK-2), given the ids' earlier pins (``repinned``);
 * a different tie than the first in pool order under ``--tie-break first`` (R-TIE-2);
 * with the context band, the band ``min(m + c // T, cap)`` replaces the margin in the
   words: a pin kept where ``c / T`` rounded *up* would keep it is named as a ceiling
@@ -26,8 +30,10 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+import attrs
+
 from affinity_core import Acquire, Config, Event, Lookup, State, classify, event_to_json
-from affinity_core.policy import keep_band
+from affinity_core.policy import keep_band, keep_pin
 
 __all__ = ["describe_event", "explain_acquire", "explain_counters", "explain_state_change"]
 
@@ -57,13 +63,31 @@ def _set(servers: Sequence[str]) -> str:
 
 def explain_acquire(config: Config, pre: State, event: Acquire, chosen: str | None,
                     permitted: Sequence[str], reference: str | None,
-                    evicted: Mapping[str, tuple[int, str]]) -> tuple[str, list[str]]:
-    """Words and requirement ids for an acquire whose outcome diverged."""
+                    evicted: Mapping[str, tuple[int, str]],
+                    repinned: Mapping[str, tuple[str, str]] | None = None,
+                    ) -> tuple[str, list[str]]:
+    """Words and requirement ids for an acquire whose outcome diverged.
+
+    ``evicted``: request id -> (step index, server) of the spec's evictions so far;
+    ``repinned``: request id -> (where, server it was pinned to before) of the spec's last
+    break of that id (``where`` as the caller names a step: ``"step 3"``, ``"seq 7"``).
+    """
     rid = event.request_id
     lookup, pin = classify(config, pre, rid, event.context_tokens)
     loads = dict(pre.pool.items())
     low = pre.pool.min_load if loads else None
     ties = [s for s in loads if loads[s] == low]
+    # Did IMPL route as the spec would if ``rid`` were still pinned where it was before
+    # the spec's last break of it? Then the break did not re-pin (R-BREAK-1).
+    earlier = None if rid is None or repinned is None else repinned.get(rid)
+    before = None if earlier is None else earlier[1]
+    stale_pin = stale_moved = False
+    if (before is not None and before in loads and pin is not None and before != pin
+            and chosen is not None and chosen != pin
+            and lookup in (Lookup.HIT_KEEP, Lookup.HIT_BREAK)):
+        old_kept = keep_pin(config, pre.pool, before, event.context_tokens)
+        stale_pin = old_kept and chosen == before
+        stale_moved = not old_kept and chosen in ties
     head = "IMPL raised instead of routing" if chosen is None else f"IMPL chose {chosen}"
     if reference is not None:
         spec = f"the spec requires {reference}"
@@ -122,7 +146,18 @@ def explain_acquire(config: Config, pre: State, event: Acquire, chosen: str | No
         moved_to_minimum = chosen is not None and chosen != pin and chosen in ties
         on_edge = (margin is not None and not config.full_determinism
                    and loads[pin] == (low or 0) + band)
-        if moved_to_minimum and on_edge:
+        if (stale_pin or stale_moved) and not (moved_to_minimum and on_edge):
+            pass  # named below: the id's pin before a break, not a keep-rule mistake
+        elif moved_to_minimum and config.full_determinism and _breaks_without_determinism(
+                config, pre, pin, event):
+            rule = ("context band" if config.context_band else "margin"
+                    if config.affinity_break_margin is not None else "gate")
+            words.append(f"IMPL applied the keep rule anyway: at load {loads[pin]} (min "
+                         f"{low}) the {rule} would break this pin without full_determinism, "
+                         "but under full_determinism the margin, the context band and the "
+                         "gate are ignored")
+            reqs += ["R-DET-4", "R-BAND-5"] if config.context_band else ["R-DET-4"]
+        elif moved_to_minimum and on_edge:
             words.append("the pin sits exactly on the band's edge: a '<' comparison breaks "
                          "here, the spec's '<=' keeps")
         elif moved_to_minimum:
@@ -145,13 +180,37 @@ def explain_acquire(config: Config, pre: State, event: Acquire, chosen: str | No
             words.append(f"{rid!r} is pinned to {pin} in an imbalanced pool and not on the "
                          "minimum: the gate re-pins to a least-loaded server")
             reqs += ["R-GATE-1", "R-BREAK-1"]
-    if (chosen is not None and reference is not None and chosen != reference
+    if stale_pin or stale_moved:
+        assert earlier is not None
+        assert before is not None and pin is not None
+        if stale_pin:
+            did = f"IMPL still routes it to {before}"
+        else:
+            did = f"IMPL moved it as a hit on {before} (load {loads[before]}) would move"
+        # A pin on the band's edge moved to a least-loaded server: a '<' does that too.
+        ambiguous = lookup is Lookup.HIT_KEEP and chosen in ties and margin is not None \
+            and not config.full_determinism and loads[pin] == (low or 0) + band
+        lead = "or, if IMPL compares with '<=', " if ambiguous else ""
+        words.append(f"{lead}the break at {earlier[0]} re-pinned {rid!r} from {before} to "
+                     f"{pin}, but {did}: IMPL did not re-pin; a break overwrites the sticky "
+                     "entry, and later hits are judged against the new pin only")
+        moved = ["R-BREAK-1", "R-BREAK-2"]
+        reqs = [*reqs, *moved] if ambiguous else [*moved, *reqs]
+    elif (chosen is not None and reference is not None and chosen != reference
             and chosen in permitted):
         words.append(f"{chosen} is tied at the minimum but the configured tie-break picks "
                      f"{reference} (first in pool order); with random ties run "
                      "--tie-break any")
         reqs += ["R-TIE-2"]
     return ": ".join(words[:2]) + ("; " + "; ".join(words[2:]) if words[2:] else ""), reqs
+
+
+def _breaks_without_determinism(config: Config, pre: State, pin: str, event: Acquire) -> bool:
+    """Whether the keep rule would break this hit if ``full_determinism`` were off."""
+    if config.affinity_break_margin is None and config.dual_threshold is None:
+        return False
+    relaxed = attrs.evolve(config, full_determinism=False)
+    return not keep_pin(relaxed, pre.pool, pin, event.context_tokens)
 
 
 def _band_words(config: Config, event: Acquire, band: int) -> str:
@@ -211,7 +270,9 @@ def explain_state_change(op: str, field: str, expected: object,
 
 def explain_counters(config: Config, pre: State, event: Acquire, field: str,
                      expected: Mapping[str, Any], actual: Mapping[str, Any],
-                     evicted: Mapping[str, tuple[int, str]]) -> tuple[str, list[str]]:
+                     evicted: Mapping[str, tuple[int, str]],
+                     repinned: Mapping[str, tuple[str, str]] | None = None,
+                     ) -> tuple[str, list[str]]:
     """An acquire that chose the right server but took a different sticky path.
 
     ``expected``/``actual`` are the spec's and the implementation's status views. When both
@@ -241,9 +302,25 @@ def explain_counters(config: Config, pre: State, event: Acquire, field: str,
         if config.context_band:
             margin = keep_band(config, event.context_tokens)
             reqs = ["R-BAND-1", "R-CNT-1"]
-        if margin is not None and loads[pin] == pre.pool.min_load + margin:
+        earlier = None if rid is None or repinned is None else repinned.get(rid)
+        before = None if earlier is None else earlier[1]
+        stale = (lookup is Lookup.HIT_KEEP and earlier is not None and before is not None
+                 and pin is not None and before != pin and before in loads
+                 and not keep_pin(config, pre.pool, before, event.context_tokens))
+        on_edge = margin is not None and loads[pin] == pre.pool.min_load + margin
+        if on_edge:
             words += ("; the pin sits exactly on the band's edge: a '<' comparison breaks "
                       "here, the spec's '<=' keeps")
+        if stale:
+            assert earlier is not None and before is not None
+            lead = "or, if IMPL compares with '<=', " if on_edge else ""
+            words += (f"; {lead}the break at "
+                      f"{earlier[0]} re-pinned {rid!r} from {before} to {pin}, but IMPL "
+                      f"judged this hit against {before} (load {loads[before]}), which "
+                      "breaks: IMPL did not re-pin; a break overwrites the sticky entry, "
+                      "and later hits are judged against the new pin only")
+            moved = ["R-BREAK-1", "R-BREAK-2"]
+            reqs = [*reqs, *moved] if on_edge else [*moved, *reqs]
         return words, reqs
     if theirs > ours:
         why = (f"evicted at step {evicted[rid][0] + 1} as the least recently used entry"

@@ -57,6 +57,7 @@ from affinity_core import (
     HashMode,
     LoadTable,
     ObserveLoads,
+    Path,
     Rejected,
     RejectReason,
     Release,
@@ -137,6 +138,7 @@ class Lockstep:
         self.current: Event | None = None  # the event being applied, as the core sees it
         self._descriptions: list[str] = []
         self._evicted: dict[str, tuple[int, str]] = {}
+        self._repinned: dict[str, tuple[str, str]] = {}  # id -> (step, pin before its break)
         self._pre: State = self.state  # the state before the current event
         self.random_ties = 0  # acquires where IMPL took another allowed server (fed back)
         self._context_field = context_field(instance)  # read once, as verl's client does
@@ -209,7 +211,7 @@ class Lockstep:
             # A divergence ends the run: this one re-derivation of pre's map is paid once.
             words, reqs = explain_acquire(config, pre, event, chosen if raised is None else None,
                                           permitted, reference if exact else None,
-                                          self._evicted)
+                                          self._evicted, self._repinned)
             if raised is not None:
                 words += f" (IMPL raised {type(raised).__name__}: {raised})"
             return self._divergence(words, reqs)
@@ -233,6 +235,13 @@ class Lockstep:
                 victim = None if old is None else (outcome.evicted, old)
             if victim is not None:
                 self._evicted[victim[0]] = (len(self._descriptions) - 1, victim[1])
+        if isinstance(outcome, Acquired) and isinstance(event, Acquire) \
+                and event.request_id is not None:
+            if outcome.path is Path.BROKEN and outcome.previous is not None:
+                self._repinned[event.request_id] = (f"step {len(self._descriptions)}",
+                                                    outcome.previous)
+            elif outcome.path is not Path.KEPT:
+                self._repinned.pop(event.request_id, None)
         self.fed.append(event)
         self.state = state
         return None
@@ -297,7 +306,7 @@ class Lockstep:
                                                          "sticky_entries")
                     and isinstance(got, int) and isinstance(want, int)):
                 words, reqs = explain_counters(self.config, self._pre, current, key, spec,
-                                               observed, self._evicted)
+                                               observed, self._evicted, self._repinned)
             else:
                 words, reqs = explain_state_change(op, key, want, got)
             return self._divergence(words, reqs)

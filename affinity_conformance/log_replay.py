@@ -37,11 +37,13 @@ import attrs
 
 from affinity_core import (
     Acquire,
+    Acquired,
     CodecError,
     Config,
     ConfigError,
     Event,
     Outcome,
+    Path,
     State,
     allowed,
     canonical_dumps,
@@ -160,6 +162,7 @@ def replay_file(path: str | os.PathLike[str], observer: Observer | None = None, 
     last: int | None = None
     checked = 0
     context: list[str] = []
+    repinned: dict[str, tuple[str, str]] = {}  # id -> (seq of its last break, pin before)
     records = read_log(name)
 
     def stopped(divergence: LogDivergence) -> FileResult:
@@ -219,7 +222,8 @@ def replay_file(path: str | os.PathLike[str], observer: Observer | None = None, 
         t = step(config, state, event)
         want = outcome_to_json(t.outcome)
         if data["outcome"] != want:
-            problem, reqs = _explain_outcome(config, state, event, data["outcome"], want)
+            problem, reqs = _explain_outcome(config, state, event, data["outcome"], want,
+                                             repinned)
             return stopped(LogDivergence(
                 name, record.line, seq, words, problem, _text(data["outcome"]), _text(want),
                 tuple(context[-2:]), tuple(reqs)))
@@ -238,6 +242,12 @@ def replay_file(path: str | os.PathLike[str], observer: Observer | None = None, 
                     "(state_digest differs)",
                     str(data["state_digest"]), digest, tuple(context[-2:]), ("R-PURE-1",)))
         state = t.state
+        if isinstance(t.outcome, Acquired) and isinstance(event, Acquire) \
+                and event.request_id is not None:
+            if t.outcome.path is Path.BROKEN and t.outcome.previous is not None:
+                repinned[event.request_id] = (f"seq {seq}", t.outcome.previous)
+            elif t.outcome.path is not Path.KEPT:
+                repinned.pop(event.request_id, None)
         if observer is not None:
             observer(event, t.outcome, state)
         checked += 1
@@ -279,13 +289,15 @@ def _short(outcome: dict[str, Any]) -> str:
 
 
 def _explain_outcome(config: Config, state: State, event: Event, logged: Any,
-                     want: dict[str, Any]) -> tuple[str, list[str]]:
+                     want: dict[str, Any],
+                     repinned: dict[str, tuple[str, str]] | None = None
+                     ) -> tuple[str, list[str]]:
     if (isinstance(event, Acquire) and isinstance(logged, dict)
             and logged.get("kind") == "acquired" and want.get("kind") == "acquired"):
         permitted_set = allowed(config, state, event)
         permitted = [s for s, _ in state.pool.items() if s in permitted_set]
         words, reqs = explain_acquire(config, state, event, logged.get("server_id"),
-                                      permitted, want["server_id"], {})
+                                      permitted, want["server_id"], {}, repinned)
         if logged.get("server_id") == want["server_id"]:
             differing = sorted(k for k in {*want, *logged} if logged.get(k) != want.get(k))
             words = f"the logged outcome differs in {differing}"

@@ -1,4 +1,4 @@
-"""Balancers with verl's API for testing ``affinity check``: one right, two deliberately wrong.
+"""Balancers with verl's API for testing ``affinity check``: one right, several deliberately wrong.
 
 :class:`MiniBalancer` is a second, independent implementation of the spec (margin policy,
 first-in-pool-order ties, verl's error contract), written from spec/SPEC.md with an
@@ -9,7 +9,11 @@ first`` must pass it. Each broken class changes exactly one rule:
   entry's recency, so the wrong entry is evicted when the map is full (R-LRU-2);
 * :class:`StrictMarginBalancer` (PR #7435's constructor): keeps a pin only while
   ``load < min + margin`` -- the exclusive bound moves sessions sitting exactly on the
-  band's edge (R-KEEP-1).
+  band's edge (R-KEEP-1);
+* :class:`MarginUnderDeterminismBalancer`: applies the margin under ``full_determinism``
+  (R-DET-4);
+* :class:`NoRepinBalancer`: a break routes to a least-loaded server without re-pinning
+  (R-BREAK-1).
 
 The context band's positive control and mutants are at the end of the file.
 """
@@ -157,6 +161,25 @@ class StrictMarginBalancer(MiniBalancer):
         if self._margin is None or self._determinism:
             return True
         return self._inflight[pinned] < min(self._inflight.values()) + self._margin
+
+
+class MarginUnderDeterminismBalancer(MiniBalancer):
+    """BUG: applies the margin under ``full_determinism`` too (the spec ignores it, R-DET-4)."""
+
+    def _keep(self, pinned: str) -> bool:
+        if self._margin is None:
+            return True
+        return self._inflight[pinned] <= min(self._inflight.values()) + self._margin
+
+
+class NoRepinBalancer(MiniBalancer):
+    """BUG: a broken pin routes to a least-loaded server but keeps its old sticky entry
+    (R-BREAK-1: a break re-pins)."""
+
+    def _store(self, request_id: str, server_id: str) -> None:
+        if request_id in self._lru:  # only a break writes an existing key
+            return
+        super()._store(request_id, server_id)
 
 
 class NotABalancer:

@@ -7,8 +7,9 @@
 * Affinity's own adapter passes every suite it can express.
 * MiniBalancer (an independent spec implementation) passes with ``--tie-break first``.
 * NoRefreshLruBalancer fails the eviction suite with R-LRU-2; StrictMarginBalancer fails
-  the margin suite with R-KEEP-1 at the band's edge. The failing minimal traces are
-  written as vectors that the reference consumer replays.
+  the margin suite with R-KEEP-1 at the band's edge; MarginUnderDeterminismBalancer fails
+  with R-DET-4 (not as an LRU bug); NoRepinBalancer with R-BREAK-1 (not as '<'). The
+  failing minimal traces are written as vectors that the reference consumer replays.
 """
 
 from __future__ import annotations
@@ -123,11 +124,49 @@ def test_strict_margin_is_diagnosed(tmp_path: Path) -> None:
         assert report.suites[suite].verdict == "pass"
     failures = report.suites["margin"].failures
     assert all("R-KEEP-1" in f.divergence.requirements for f in failures)
+    everywhere = [f for s in report.suites.values() for f in s.failures]
+    assert all("'<' comparison" in f.divergence.words for f in everywhere)
+    assert all("or, if IMPL compares with '<='" in f.divergence.words
+               for f in everywhere if "did not re-pin" in f.divergence.words)
     boundary = [f for f in failures if f.origin.endswith("boundary_is_inclusive.json")]
     assert boundary and "band's edge" in boundary[0].divergence.words
     minimal = [f for f in failures if f.origin.endswith("band_margin1_kept.json")]
     assert minimal and minimal[0].trace == ("acquire('a')", "acquire('a')")
     _assert_failure_vectors_replay(failures)
+
+
+def test_margin_under_full_determinism_is_diagnosed_as_r_det_4(tmp_path: Path) -> None:
+    # It used to read "IMPL behaved as if 'a' had no sticky entry ... a lookup must refresh
+    # recency" with R-LRU-2: the wrong rule, for a class whose LRU is right.
+    # Which vectors catch it depends on hash(request_id) (caller mode, the class's own
+    # process): counters/full_determinism_counts_kept does under every PYTHONHASHSEED.
+    report = run_check(f"{BROKEN}:MarginUnderDeterminismBalancer", tie_mode="first",
+                       budget=50, out_dir=tmp_path)
+    assert report.levels["full_determinism"].verdict == "fail"
+    failures = [f for s in report.suites.values() for f in s.failures]
+    assert any(f.origin.endswith("full_determinism_counts_kept.json") for f in failures)
+    for f in failures:
+        words, reqs = f.divergence.words, f.divergence.requirements
+        assert "under full_determinism the margin, the context band and the gate are " \
+            "ignored" in words, words
+        assert "R-DET-4" in reqs and "R-LRU-2" not in reqs and "sticky entry" not in words
+
+
+def test_break_without_re_pin_is_diagnosed_as_r_break_1(tmp_path: Path) -> None:
+    # It used to read "the pin sits exactly on the band's edge: a '<' comparison breaks
+    # here, the spec's '<=' keeps": the wrong rule, for a class that compares with '<='.
+    report = run_check(f"{BROKEN}:NoRepinBalancer", tie_mode="first", budget=50,
+                       out_dir=tmp_path)
+    assert report.suites["margin"].verdict == "fail"
+    failures = [f for s in report.suites.values() for f in s.failures]
+    assert failures and all("R-BREAK-1" in f.divergence.requirements for f in failures)
+    # Where the spec's pin sits on the band's edge, a '<' would move it too: both named.
+    definite = [f for f in failures if "or, if IMPL compares" not in f.divergence.words]
+    assert definite
+    for f in definite:
+        assert "IMPL did not re-pin" in f.divergence.words
+        assert "'<' comparison" not in f.divergence.words
+        assert f.divergence.requirements[0] == "R-BREAK-1"
 
 
 def _assert_failure_vectors_replay(failures: list) -> None:  # type: ignore[type-arg]

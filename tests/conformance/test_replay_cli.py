@@ -135,6 +135,49 @@ def test_changed_decision_is_pinpointed(good_log: Path, tmp_path: Path) -> None:
     assert "R-KEEP-1" in done.stderr and "Traceback" not in done.stderr
 
 
+def _tamper_last(path: Path, outcome: dict[str, object], out: Path) -> Path:
+    """The log at ``path`` with its last record's outcome replaced (a router's bug)."""
+    lines = _lines(path)
+    record = json.loads(lines[-1])
+    record["outcome"] = outcome
+    lines[-1] = json.dumps(record, sort_keys=True, separators=(",", ":")) + "\n"
+    return _write(out, lines)
+
+
+def test_margin_under_full_determinism_is_named(tmp_path: Path) -> None:
+    # A router that applies the margin under full_determinism logs a break of a kept pin.
+    # The diagnosis used to blame the sticky map's recency (R-LRU-2).
+    config = Config(affinity_break_margin=0, full_determinism=True, hash_mode="stable")
+    path = tmp_path / "det.ndjson"
+    write_log(path, [Acquire(request_id="a"), Acquire(request_id="a")], config)
+    assert json.loads(_lines(path)[-1])["outcome"]["path"] == "kept"
+    bad = _tamper_last(path, {"kind": "acquired", "path": "broken", "previous": "s0",
+                              "server_id": "s1"}, tmp_path / "bad.ndjson")
+    done = replay(str(bad))
+    assert done.returncode == 1
+    assert "under full_determinism the margin, the context band and the gate are ignored" \
+        in done.stderr
+    assert "R-DET-4" in done.stderr and "R-LRU" not in done.stderr
+
+
+def test_break_that_did_not_re_pin_is_named(tmp_path: Path) -> None:
+    # margin 2: 'a' is kept on s0 twice, then broken to s1; s0 drains; the spec keeps 'a'
+    # on s1 (inside the band, not on its edge), a router that did not re-pin routes it to s0.
+    config = Config(affinity_break_margin=2)
+    path = tmp_path / "repin.ndjson"
+    events: list[Event] = [*[Acquire(request_id="a")] * 4,
+                           *[Release(server_id="s0")] * 3, Acquire(request_id="a")]
+    write_log(path, events, config)
+    assert json.loads(_lines(path)[4])["outcome"]["path"] == "broken"
+    bad = _tamper_last(path, {"kind": "acquired", "path": "kept", "server_id": "s0"},
+                       tmp_path / "bad.ndjson")
+    done = replay(str(bad))
+    assert done.returncode == 1
+    assert "the break at seq 3 re-pinned 'a' from s0 to s1, but the log still routes it " \
+        "to s0" in done.stderr
+    assert "R-BREAK-1" in done.stderr and "'<' comparison" not in done.stderr
+
+
 def test_deleted_line_is_pinpointed(good_log: Path, tmp_path: Path) -> None:
     lines = _lines(good_log)
     del lines[5]
