@@ -19,7 +19,7 @@ mistakes are named outright:
   it: the keep rule applied where the spec ignores it (R-DET-4);
 * a hit routed to the server the id was pinned to before a break: the break did not
   re-pin (R-BREAK-1, R-BREAK-2), given the ids' earlier pins (``repinned``);
-* a different tie than the first in pool order under ``--tie-break first`` (R-TIE-2);
+* a different tie than the configured tie-break's (R-TIE-2, R-TIE-3, R-TIE-4);
 * with the context band, the band ``min(m + c // T, cap)`` replaces the margin in the
   words: a pin kept where ``c / T`` rounded *up* would keep it is named as a ceiling
   (R-BAND-1), one kept beyond ``min + cap`` as a missing cap (R-BAND-2).
@@ -65,12 +65,14 @@ def explain_acquire(config: Config, pre: State, event: Acquire, chosen: str | No
                     permitted: Sequence[str], reference: str | None,
                     evicted: Mapping[str, tuple[int, str]],
                     repinned: Mapping[str, tuple[str, str]] | None = None,
+                    tie_hint: str = "with random ties run --tie-break any",
                     ) -> tuple[str, list[str]]:
     """Words and requirement ids for an acquire whose outcome diverged.
 
     ``evicted``: request id -> (step index, server) of the spec's evictions so far;
     ``repinned``: request id -> (where, server it was pinned to before) of the spec's last
-    break of that id (``where`` as the caller names a step: ``"step 3"``, ``"seq 7"``).
+    break of that id (``where`` as the caller names a step: ``"step 3"``, ``"seq 7"``);
+    ``tie_hint``: what to do about random ties, appended to a wrong-tie diagnosis.
     """
     rid = event.request_id
     lookup, pin = classify(config, pre, rid, event.context_tokens)
@@ -198,11 +200,26 @@ def explain_acquire(config: Config, pre: State, event: Acquire, chosen: str | No
         reqs = [*reqs, *moved] if ambiguous else [*moved, *reqs]
     elif (chosen is not None and reference is not None and chosen != reference
             and chosen in permitted):
+        which, req = _tie_words(config, event, ties, reference)
         words.append(f"{chosen} is tied at the minimum but the configured tie-break picks "
-                     f"{reference} (first in pool order); with random ties run "
-                     "--tie-break any")
-        reqs += ["R-TIE-2"]
+                     f"{reference} ({which}); {tie_hint}")
+        reqs += [req]
     return ": ".join(words[:2]) + ("; " + "; ".join(words[2:]) if words[2:] else ""), reqs
+
+
+def _tie_words(config: Config, event: Acquire, ties: Sequence[str],
+               reference: str) -> tuple[str, str]:
+    """How the configured tie-break chose ``reference`` among ``ties`` (R-TIE-2..4)."""
+    mode = config.tie_break.value
+    t = len(ties)
+    if mode == "first":
+        return "first in pool order", "R-TIE-2"
+    if mode == "hashed" and event.request_id is not None:
+        return (f"'hashed': stable_hash({event.request_id!r}) mod {t} = index "
+                f"{ties.index(reference) if reference in ties else '?'} of the tie set "
+                f"{_set(ties)}", "R-TIE-4")
+    return (f"'{mode}': tie_draw {event.tie_draw} mod {t} = index {event.tie_draw % t} of the "
+            f"tie set {_set(ties)}", "R-TIE-3" if mode == "draw" else "R-TIE-4")
 
 
 def _breaks_without_determinism(config: Config, pre: State, pin: str, event: Acquire) -> bool:

@@ -288,6 +288,12 @@ def _short(outcome: dict[str, Any]) -> str:
     return str(kind)
 
 
+# A log cannot be re-run with other ties: a router's own draw must be in the log.
+_TIE_HINT = ("a router that breaks ties its own way logs tie_break 'draw' in the header "
+             "and, on each acquire, the index of its choice in the tie set as the event's "
+             "tie_draw")
+
+
 def _explain_outcome(config: Config, state: State, event: Event, logged: Any,
                      want: dict[str, Any],
                      repinned: dict[str, tuple[str, str]] | None = None
@@ -297,7 +303,8 @@ def _explain_outcome(config: Config, state: State, event: Event, logged: Any,
         permitted_set = allowed(config, state, event)
         permitted = [s for s, _ in state.pool.items() if s in permitted_set]
         words, reqs = explain_acquire(config, state, event, logged.get("server_id"),
-                                      permitted, want["server_id"], {}, repinned)
+                                      permitted, want["server_id"], {}, repinned,
+                                      tie_hint=_TIE_HINT)
         if logged.get("server_id") == want["server_id"]:
             differing = sorted(k for k in {*want, *logged} if logged.get(k) != want.get(k))
             words = f"the logged outcome differs in {differing}"

@@ -178,6 +178,22 @@ def test_break_that_did_not_re_pin_is_named(tmp_path: Path) -> None:
     assert "R-BREAK-1" in done.stderr and "'<' comparison" not in done.stderr
 
 
+def test_own_random_tie_says_how_to_log_the_draw(tmp_path: Path) -> None:
+    # A router with tie_break 'draw' that logs no tie_draw: replay has no --tie-break
+    # option, so the hint is what the log must carry (it used to say "first in pool
+    # order" and "run --tie-break any").
+    config = Config(affinity_break_margin=1, tie_break="draw")
+    path = tmp_path / "draw.ndjson"
+    write_log(path, [Acquire(request_id="a")], config)
+    bad = _tamper_last(path, {"kind": "acquired", "path": "new", "server_id": "s1"},
+                       tmp_path / "bad.ndjson")
+    done = replay(str(bad))
+    assert done.returncode == 1
+    assert "'draw': tie_draw 0 mod 3 = index 0 of the tie set {s0, s1, s2}" in done.stderr
+    assert "as the event's tie_draw" in done.stderr
+    assert "--tie-break" not in done.stderr and "first in pool order" not in done.stderr
+
+
 def test_deleted_line_is_pinpointed(good_log: Path, tmp_path: Path) -> None:
     lines = _lines(good_log)
     del lines[5]
