@@ -73,7 +73,9 @@ def _records(name: str, handle: Any) -> Iterator[LogRecord]:
             raise LogError(f"{name}:{index}: truncated last line (no newline): "
                            "the writer stopped mid-record")
         try:
-            data = json.loads(raw)
+            # Without its newline: a line cut short mid-value would otherwise be reported
+            # at "column 1" of the line after it.
+            data = json.loads(raw[:-1])
         except json.JSONDecodeError as exc:
             # Only a record after the header can be a crash's truncated tail; a file whose
             # first line is not JSON is not a decision log at all.

@@ -152,6 +152,16 @@ def test_malformed_log_files(tmp_path: Path, text: str, needles: list[str]) -> N
     _assert_clean_error(code, err, *needles)
 
 
+def test_garbled_log_line_names_its_column(tmp_path: Path) -> None:
+    # A record cut short mid-object, followed by more records: the column is where the
+    # line stops (it used to say "column 1", the start of the next line).
+    path = tmp_path / "log.ndjson"
+    path.write_text(_header() + '{"seq":0,"event":{"op"\n' + _header())
+    code, _, err = run("replay", str(path))
+    _assert_clean_error(code, err, "log.ndjson:2: not valid JSON: Expecting ':' delimiter "
+                                   "at column 23")
+
+
 def _header() -> str:
     return json.dumps({"format": "affinity-log/1", "seq": 0, "config": {},
                        "state": {"servers": [["s0", 0]], "lru": [], "affinity_kept": 0,
