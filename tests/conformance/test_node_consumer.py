@@ -88,3 +88,28 @@ def test_edited_and_missing_files_are_reported(tmp_path: Path) -> None:
     assert "margin/boundary_is_inclusive.json: sha256 differs from MANIFEST.json" in joined
     assert "legacy/added_server_starts_at_zero.json: listed but missing" in joined
     assert result["opened"] == result["listed"] - 1
+
+
+@pytest.mark.parametrize(("args", "needle"), [
+    (["{tmp}/missing"], "missing does not exist: expected a vector directory"),
+    (["{tmp}"], "has no MANIFEST.json: expected a vector directory"),
+    (["{tmp}/file.json"], "file.json is not a directory"),
+    (["{tmp}/garbled"], "MANIFEST.json: not valid JSON"),
+    (["--jsn"], "unknown option --jsn; accepted: [VECTOR_DIR] [--json]"),
+    (["{tmp}", "{tmp}"], "one VECTOR_DIR expected, got 2"),
+])
+def test_bad_arguments_are_one_line_and_exit_2(tmp_path: Path, args: list[str],
+                                               needle: str) -> None:
+    # A wrong directory used to end in a Node stack trace (ENOENT) with exit status 1.
+    assert NODE is not None
+    (tmp_path / "file.json").write_text("{}")
+    (tmp_path / "garbled").mkdir()
+    (tmp_path / "garbled" / "MANIFEST.json").write_text('{"files": ')
+    argv = [a.format(tmp=tmp_path) for a in args]
+    done = subprocess.run([NODE, str(CONSUMER), *argv], capture_output=True, text=True,
+                          timeout=60)
+    assert done.returncode == 2, done.stderr
+    assert done.stdout == ""
+    lines = done.stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("consumer.mjs: "), done.stderr
+    assert needle in lines[0]

@@ -13,7 +13,9 @@
 // It checks every file's SHA-256 against MANIFEST.json, every case's _info.sha256 against
 // its canonical JSON, replays every supported case step by step (outcomes field for
 // field, then the listed checks), asserts that it opened every file the manifest lists,
-// and prints the supported / unsupported counts. Exit status 0 iff nothing failed.
+// and prints the supported / unsupported counts. Exit status 0 iff nothing failed, 1 on a
+// failed case or an integrity problem, 2 for bad arguments or a VECTOR_DIR that is not a
+// vector directory (one line on stderr, no stack trace).
 import { createHash } from "node:crypto";
 import { readFileSync, readdirSync, statSync } from "node:fs";
 import { dirname, join, resolve } from "node:path";
@@ -298,11 +300,31 @@ function runCase(c) {
   return null;
 }
 
+class UsageError extends Error {}
+
+function readManifest(root) {
+  let text;
+  try { text = readFileSync(join(root, "MANIFEST.json"), "utf8"); } catch (err) {
+    const why = err.code === "ENOENT" ? (statSync(root, { throwIfNoEntry: false }) ? "has no MANIFEST.json" : "does not exist")
+      : err.code === "ENOTDIR" ? "is not a directory" : `cannot be read (${err.code ?? err.message})`;
+    throw new UsageError(`${root} ${why}: expected a vector directory (MANIFEST.json and <suite>/<case>.json, e.g. spec/vectors)`);
+  }
+  let manifest;
+  try { manifest = parseJson(text); } catch (err) { throw new UsageError(`${join(root, "MANIFEST.json")}: not valid JSON: ${err.message}`); }
+  if (manifest === null || typeof manifest.files !== "object" || manifest.files === null || Array.isArray(manifest.files))
+    throw new UsageError(`${join(root, "MANIFEST.json")}: expected an object with "files" ({"<suite>/<case>.json": sha256, ...})`);
+  return manifest;
+}
+
 function main(argv) {
+  const unknown = argv.filter((a) => a.startsWith("--") && a !== "--json");
+  if (unknown.length) throw new UsageError(`unknown option ${unknown[0]}; accepted: [VECTOR_DIR] [--json]`);
+  const dirs = argv.filter((a) => !a.startsWith("--"));
+  if (dirs.length > 1) throw new UsageError(`one VECTOR_DIR expected, got ${dirs.length}: ${dirs.join(" ")}`);
   const json = argv.includes("--json");
   const here = dirname(fileURLToPath(import.meta.url));
-  const root = resolve(argv.find((a) => !a.startsWith("--")) ?? join(here, "..", ".."));
-  const manifest = parseJson(readFileSync(join(root, "MANIFEST.json"), "utf8"));
+  const root = resolve(dirs[0] ?? join(here, "..", ".."));
+  const manifest = readManifest(root);
   const listed = Object.keys(manifest.files);
   const onDisk = readdirSync(root).filter((d) => d !== "schema" && d !== "consumers" && statSync(join(root, d)).isDirectory())
     .flatMap((d) => readdirSync(join(root, d)).filter((f) => f.endsWith(".json")).map((f) => `${d}/${f}`));
@@ -349,4 +371,10 @@ function main(argv) {
   return ok ? 0 : 1;
 }
 
-process.exitCode = main(process.argv.slice(2));
+try {
+  process.exitCode = main(process.argv.slice(2));
+} catch (err) {
+  if (!(err instanceof UsageError)) throw err;
+  console.error(`consumer.mjs: ${err.message}`);
+  process.exitCode = 2;
+}
