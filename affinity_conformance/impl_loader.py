@@ -63,6 +63,12 @@ _PROBE_SERVERS = ("p0", "p1")
 CONTEXT_FIELDS = ("prompt_ids", "context_tokens")  # acquire fields that carry the band's c
 
 
+# File name endings of implementations `affinity check` cannot load (it imports Python).
+_OTHER_LANGUAGES = frozenset({".js", ".mjs", ".cjs", ".ts", ".rs", ".go", ".java", ".kt",
+                              ".c", ".cc", ".cpp", ".h", ".hpp", ".rb", ".lua", ".jl",
+                              ".so", ".dll", ".dylib", ".wasm", ".jar"})
+
+
 class ImplError(ValueError):
     """The implementation cannot be loaded or constructed; the message says why."""
 
@@ -74,6 +80,14 @@ def _import_target(spec: str) -> tuple[Any, str]:
     module_part, _, attr_path = spec.rpartition(":")
     if not module_part or not attr_path:
         raise ImplError(f"IMPL {spec!r}: both the module and the attribute must be given")
+    foreign = Path(module_part).suffix.lower() in _OTHER_LANGUAGES or (
+        not module_part.endswith(".py") and Path(module_part).is_file())
+    if foreign:
+        raise ImplError(f"IMPL {spec!r}: {module_part} is not Python; affinity check loads a "
+                        "Python class (module:Class or path/to/file.py:Class). Another "
+                        "language: replay spec/vectors with your own runner "
+                        "(spec/vectors/README.md), check a decision log with affinity "
+                        "replay, or an HTTP router with affinity check-router")
     try:
         if module_part.endswith(".py") or os.sep in module_part:
             path = Path(module_part)

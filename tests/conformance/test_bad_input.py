@@ -50,6 +50,20 @@ def test_bad_impl_is_explained(impl: str, needles: list[str], tmp_path: Path) ->
     _assert_clean_error(code, err, *needles)
 
 
+@pytest.mark.parametrize("name", ["router.mjs", "src/router.rs", "router_impl"])
+def test_impl_in_another_language_points_to_the_other_routes(name: str,
+                                                             tmp_path: Path) -> None:
+    # 'router.mjs:Router' used to read "importing 'router.mjs' failed: ModuleNotFoundError:
+    # No module named 'router'".
+    path = tmp_path / name
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("export class Router {}\n")
+    code, _, err = run("check", f"{path}:Router", "--budget", "0", "--out", str(tmp_path))
+    _assert_clean_error(code, err, "is not Python", "spec/vectors/README.md",
+                        "affinity replay", "affinity check-router")
+    assert len(err.strip().splitlines()) == 1
+
+
 def test_impl_with_syntax_error(tmp_path: Path) -> None:
     bad = tmp_path / "bad_impl.py"
     bad.write_text("class Balancer:\n    def acquire_server(self\n")
