@@ -11,7 +11,9 @@ three things must hold:
    gap means a deleted record, a step back a reordered one;
 2. the logged ``outcome`` equals the core's exactly (canonical JSON);
 3. ``summary`` equals the core's next state's summary (``state_summary``), and where
-   the record carries one, ``state_digest`` equals the digest of the core's next state.
+   the record carries one, ``state_digest`` equals the digest of the core's next state;
+   the file's first record and at least every 1,024th must carry one (a log written
+   without digests would be checked only on outcomes and summaries: a malformed log).
 
 Files given together (a rotated set, oldest first) must also join up (R-LOG-1): each
 header's ``seq`` is one past the previous file's last record, its configuration is the
@@ -60,7 +62,10 @@ from affinity_runtime.decision_log import state_summary
 from .decision_log import LogError, LogRecord, read_log
 from .diagnosis import describe_event, explain_acquire
 
-__all__ = ["FileResult", "LogDivergence", "LogError", "Observer", "replay_file",
+DIGEST_EVERY = 1024
+"""R-LOG-1: a state digest on each file's first record and at least every 1,024 records."""
+
+__all__ = ["DIGEST_EVERY", "FileResult", "LogDivergence", "LogError", "Observer", "replay_file",
            "replay_files"]
 
 Observer = Callable[[Event, Outcome, State], None]
@@ -162,6 +167,7 @@ def replay_file(path: str | os.PathLike[str], observer: Observer | None = None, 
     last: int | None = None
     checked = 0
     context: list[str] = []
+    since_digest = 0  # records since the last one with a state_digest, this one excluded
     repinned: dict[str, tuple[str, str]] = {}  # id -> (seq of its last break, pin before)
     records = read_log(name)
 
@@ -233,6 +239,14 @@ def replay_file(path: str | os.PathLike[str], observer: Observer | None = None, 
                 name, record.line, seq, words,
                 "the outcome matches but the state after it does not (summary differs)",
                 _text(data["summary"]), _text(summary), tuple(context[-2:]), ("R-PURE-1",)))
+        if "state_digest" not in data and (checked == 0 or since_digest >= DIGEST_EVERY):
+            where = ("the first record of a file" if checked == 0 else
+                     f"a record {since_digest} records after the last state_digest")
+            raise LogError(f"{name}:{record.line}: record seq {seq} has no state_digest; "
+                           f"{where} must carry one (R-LOG-1: the file's first record and "
+                           f"at least every {DIGEST_EVERY}), or the replay sees only the "
+                           "summary of the state")
+        since_digest = 1 if "state_digest" in data else since_digest + 1
         if "state_digest" in data:
             digest = state_digest(t.state)
             if data["state_digest"] != digest:

@@ -194,6 +194,42 @@ def test_own_random_tie_says_how_to_log_the_draw(tmp_path: Path) -> None:
     assert "--tie-break" not in done.stderr and "first in pool order" not in done.stderr
 
 
+def _drop_digests(lines: list[str], keep: set[int]) -> list[str]:
+    out = []
+    for i, line in enumerate(lines):
+        record = json.loads(line)
+        if i and i - 1 not in keep:
+            record.pop("state_digest", None)
+        out.append(json.dumps(record, sort_keys=True, separators=(",", ":")) + "\n")
+    return out
+
+
+def test_a_log_without_state_digests_is_malformed(good_log: Path, tmp_path: Path) -> None:
+    # A writer in another language that leaves out state_digest used to pass: only the
+    # outcomes and summaries were checked, not the per-server counts or the sticky map.
+    done = replay(str(_write(tmp_path / "bare.ndjson", _drop_digests(_lines(good_log),
+                                                                      set()))))
+    assert done.returncode == 2
+    assert "bare.ndjson:2: record seq 0 has no state_digest; the first record of a file " \
+        "must carry one (R-LOG-1" in done.stderr
+
+
+def test_state_digest_at_least_every_1024_records(tmp_path: Path) -> None:
+    config = Config(affinity_break_margin=1)
+    path = tmp_path / "long.ndjson"
+    events: list[Event] = [Acquire(request_id=f"r{i}") for i in range(1030)]
+    write_log(path, events, config)
+    lines = _lines(path)
+    assert "state_digest" in json.loads(lines[1 + 1024])  # the writer's own interval
+    assert replay(str(path)).returncode == 0
+    done = replay(str(_write(tmp_path / "sparse.ndjson", _drop_digests(lines, {0}))))
+    assert done.returncode == 2
+    assert "sparse.ndjson:1026: record seq 1024 has no state_digest; a record 1024 " \
+        "records after the last state_digest must carry one" in done.stderr
+    first = _drop_digests(lines[:1 + 1024], {0})  # seq 0..1023: the next one is not due
+    assert replay(str(_write(tmp_path / "first.ndjson", first))).returncode == 0
+
+
 def test_deleted_line_is_pinpointed(good_log: Path, tmp_path: Path) -> None:
     lines = _lines(good_log)
     del lines[5]
