@@ -367,3 +367,20 @@ def test_json_output(good_log: Path) -> None:
     data = json.loads(done.stdout)
     assert done.returncode == 0 and data["exit"] == 0
     assert data["files"][0]["records"] == len(EVENTS)
+
+
+def test_the_other_language_example_in_the_docs_replays(tmp_path: Path) -> None:
+    # docs/conformance.md shows a log a non-Python router writes; it must replay, and a
+    # wrong decision in it must be caught.
+    text = (ROOT / "docs" / "conformance.md").read_text(encoding="utf-8")
+    block = text.split("```ndjson\n", 1)[1].split("```", 1)[0]
+    path = _write(tmp_path / "example.ndjson", [block])
+    done = replay(str(path))
+    assert done.returncode == 0, done.stderr
+    assert "example.ndjson: 4 records match the spec (seq 0..3)" in done.stdout
+    lines = block.splitlines(keepends=True)
+    record = json.loads(lines[3])
+    assert record["outcome"] == {"kind": "acquired", "path": "kept", "server_id": "s1"}
+    record["outcome"]["server_id"] = "s0"
+    lines[3] = json.dumps(record) + "\n"
+    assert replay(str(_write(tmp_path / "wrong.ndjson", lines))).returncode == 1
