@@ -6,9 +6,10 @@ state the previous file ended in (R-LOG-1). ``--separate`` checks unrelated file
 alone.
 
 Exit status: 0 every record matches the spec; 1 a record diverges (the first one is
-reported with the two records before it); 2 malformed input -- a file that cannot be
-read, is not a decision log, has a malformed line, or ends in a truncated line (unless
-``--allow-truncated``) -- with the file and line and what was expected, no traceback.
+reported with the two records before it; with ``--separate``, the first of each file);
+2 malformed input -- a file that cannot be read, is not a decision log, has a malformed
+line, or ends in a truncated line (unless ``--allow-truncated``) -- with the file and
+line and what was expected, no traceback.
 """
 
 from __future__ import annotations
@@ -30,7 +31,8 @@ def register(parser: argparse.ArgumentParser) -> None:
                              "header must continue the file before it")
     parser.add_argument("--separate", action="store_true",
                         help="the files are unrelated logs: replay each alone, without "
-                             "checking that they join up")
+                             "checking that they join up, and report every file that "
+                             "diverges")
     parser.add_argument("--allow-truncated", action="store_true",
                         help="accept a truncated last line (a writer that crashed mid-record); "
                              "the records before it are still checked")
@@ -73,10 +75,15 @@ def run(args: argparse.Namespace) -> int:
         if r.truncated:
             print(f"{r.path}: TRUNCATED: {r.truncated}; the {r.records} records before it "
                   "match the spec", file=sys.stderr if not args.allow_truncated else sys.stdout)
-    if diverged is not None and diverged.divergence is not None:
-        print(f"DIVERGENCE after {diverged.records} matching records in {diverged.path}:",
-              file=sys.stderr)
-        print(diverged.divergence.render(), file=sys.stderr)
+    if diverged is not None:
+        for r in results:  # one with a rotated set (it stops there); each with --separate
+            if r.divergence is not None:
+                print(f"DIVERGENCE after {r.records} matching records in {r.path}:",
+                      file=sys.stderr)
+                print(r.divergence.render(), file=sys.stderr)
+        if args.separate:
+            failed = sum(r.divergence is not None for r in results)
+            print(f"{failed} of {len(results)} file(s) diverge", file=sys.stderr)
         return 1
     total = sum(r.records for r in results)
     if code == 0:

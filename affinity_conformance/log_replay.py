@@ -333,13 +333,14 @@ def replay_files(paths: Sequence[str | os.PathLike[str]],
     header checked to continue the file before it (R-LOG-1). Stops at the first
     divergence. A truncated file ends the set's joins: a file after it is replayed alone
     (a writer that died mid-record may have restarted from a new header). ``join=False``
-    replays unrelated files, each alone."""
+    replays unrelated files, each alone, and every one of them: a divergence in one does
+    not stop the others."""
     results: list[FileResult] = []
     for path in paths:
         joinable = join and bool(results) and results[-1].truncated is None
         previous = results[-1] if joinable else None
         result = replay_file(path, observer, after=previous)
         results.append(result)
-        if result.divergence is not None:
+        if result.divergence is not None and join:
             break
     return results

@@ -384,3 +384,22 @@ def test_the_other_language_example_in_the_docs_replays(tmp_path: Path) -> None:
     record["outcome"]["server_id"] = "s0"
     lines[3] = json.dumps(record) + "\n"
     assert replay(str(_write(tmp_path / "wrong.ndjson", lines))).returncode == 1
+
+
+def test_separate_reports_every_diverging_file(good_log: Path, tmp_path: Path) -> None:
+    # --separate used to stop at the first diverging file: the others went unjudged.
+    lines = _lines(good_log)
+    record = json.loads(lines[3])
+    record["outcome"]["server_id"] = "s0"
+    lines[3] = json.dumps(record) + "\n"
+    bad1 = _write(tmp_path / "bad1.ndjson", lines)
+    bad2 = _write(tmp_path / "bad2.ndjson", lines)
+    done = replay("--separate", str(bad1), str(good_log), str(bad2))
+    assert done.returncode == 1
+    assert "DIVERGENCE after 2 matching records in " + str(bad1) in done.stderr
+    assert "DIVERGENCE after 2 matching records in " + str(bad2) in done.stderr
+    assert "2 of 3 file(s) diverge" in done.stderr
+    assert f"{good_log}: {len(EVENTS)} records match the spec" in done.stdout
+    # a rotated set still stops at its first divergence
+    done = replay(str(bad1), str(bad2))
+    assert done.returncode == 1 and str(bad2) not in done.stderr
