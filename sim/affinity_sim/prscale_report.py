@@ -16,7 +16,9 @@ dispersion table, with ``A``'s rows as its log-sigma 0.8 line, and ``E``, the
 ``--preset pr7435-scale-step-size`` record (:mod:`affinity_sim.prscale_stepsize`), as the
 step-size table, with ``A``'s rows as its 512-prompt line (``F``, ``--preset
 pr7435-scale-turns``, and ``G``, ``--preset pr7435-scale-pool``, likewise with their
-q 1 and utilization 0.5 lines). Rates are means over seeds
+q 1 and utilization 0.5 lines). ``H``, ``--preset pr7435-scale-replication``, renders each
+replicated cell beside its 10-seed result, so it needs the step-size and pool records
+among the files too. Rates are means over seeds
 of the per-step values; changes, intervals and p-values are the summaries' (paired
 median, order-statistic 95% interval, Wilcoxon). "Within ±3 pt" compares the median
 change with the PR's, at the 0.1 point shown.
@@ -31,8 +33,8 @@ from typing import Any
 from .records import RecordError, load
 
 __all__ = ["ablation_table", "dispersion_table", "grid_table", "policies_table",
-           "pool_table", "prediction_table", "sensitivity_table", "step_size_table",
-           "turns_table"]
+           "pool_table", "prediction_table", "replication_table", "sensitivity_table",
+           "step_size_table", "turns_table"]
 
 ROWS = ("ctx2k", "ctx9k", "ctx20k", "ctx9k-bigkv")
 
@@ -237,6 +239,36 @@ def step_size_table(scale: dict[str, Any], variant: dict[str, Any]) -> str:
     return grid_table(scale, variant, "prompts", 512, "prompts per step")
 
 
+def replication_table(scale: dict[str, Any], replication: dict[str, Any],
+                      originals: dict[str, dict[str, Any]]) -> str:
+    """Each replicated cell: the PR's row, its 10-seed run, its 100-seed replication."""
+    from .prscale_replication import CELLS, REPORTED_APART
+
+    first, last = min(replication["seeds"]), max(replication["seeds"])
+    lines = ["| cell (the ‡ of) | PR: hit · margin 2 | 10 seeds (0–9): hit · m2 [95% CI] | "
+             f"{len(replication['seeds'])} seeds ({first}–{last}): hit · m2 [95% CI] · p | "
+             "replication − PR | explanation holds |",
+             "|---|---|---|---|---|---|"]
+    for (cell, run), decides in [*((c, True) for c in CELLS),
+                                 *((c, False) for c in REPORTED_APART)]:
+        ref = scale["reference"][cell.partition("/")[0]]
+        cells = []
+        for record in (originals[run], replication):
+            m2 = _summary(record, cell, "margin-2")
+            cells.append(f"hit {_pct(_mean(record, cell, 'legacy', 'prefix_hit_rate'), False)}"
+                         f" · {_pct(m2['median_change'])} [{_pct(m2['ci_low'])}, "
+                         f"{_pct(m2['ci_high'])}]")
+        m2 = _summary(replication, cell, "margin-2")
+        diff = (m2["median_change"] - ref["change"]) * 100
+        holds = (abs(round(diff, 1)) <= 3
+                 and (m2["median_change"] < 0) == (ref["change"] < 0))
+        verdict = ("yes" if holds else "no") if decides else "(reported apart)"
+        lines.append(f"| {cell} ({run.removeprefix('pr7435-scale-')}) | hit "
+                     f"{_pct(ref['hit_rate'], False)} · {_pct(ref['change'])} | {cells[0]} | "
+                     f"{cells[1]} · {m2['p_value']:.1e} | {diff:+.1f} pt | {verdict} |")
+    return "\n".join(lines)
+
+
 def _load(path: str) -> dict[str, Any]:
     return load(path)  # a RecordError naming the file if it is not a run record
 
@@ -260,16 +292,28 @@ def main(paths: list[str]) -> int:
               "pr7435-scale-step-size": step_size_table,
               "pr7435-scale-turns": turns_table,
               "pr7435-scale-pool": pool_table}
+    by_sweep = {str(record.get("sweep")): record for record in records}
     for record in records[1:]:
-        table = tables.get(str(record.get("sweep")))
+        sweep = str(record.get("sweep"))
+        if sweep == "pr7435-scale-replication":
+            needed = [n for n in ("pr7435-scale-step-size", "pr7435-scale-pool")
+                      if n not in by_sweep]
+            if needed:
+                print(f"error: the replication table needs the {' and '.join(needed)} "
+                      "record(s) among the files", file=sys.stderr)
+                return 2
+            print(replication_table(scale, record, by_sweep), end="\n\n")
+            continue
+        table = tables.get(sweep)
         print(table(scale, record) if table else ablation_table(record), end="\n\n")
     return 0
 
 
 _USAGE = ("usage: python -m affinity_sim.prscale_report SCALE.json [ABLATION.json] "
-          "[CONTEXT-PER-REQUEST.json] [DISPERSION.json] [STEP-SIZE.json] [TURNS.json] [POOL.json]")
+          "[CONTEXT-PER-REQUEST.json] [DISPERSION.json] [STEP-SIZE.json] [TURNS.json] [POOL.json] "
+          "[REPLICATION.json]")
 
 if __name__ == "__main__":
-    if not 1 <= len(sys.argv) - 1 <= 7:
+    if not 1 <= len(sys.argv) - 1 <= 8:
         sys.exit(_USAGE)
     sys.exit(main(sys.argv[1:]))

@@ -193,7 +193,7 @@ def _rounded(value: Any) -> Any:
 
 
 @pytest.mark.parametrize("run", ["context-per-request", "dispersion", "step-size", "turns",
-                                 "pool"])
+                                 "pool", "replication"])
 def test_each_recorded_run_is_its_preset_as_defined_now(run: str) -> None:
     path = Path(__file__).resolve().parents[2] / "sim" / f"pr7435-scale-{run}.json"
     record = json.loads(path.read_text(encoding="utf-8"))
@@ -201,8 +201,22 @@ def test_each_recorded_run_is_its_preset_as_defined_now(run: str) -> None:
     described = json.loads(json.dumps([w.describe() for w in sweep.workloads]))
     assert _rounded(described) == _rounded(record["workloads"])
     assert [p["name"] for p in record["policies"]] == [p.name for p in sweep.policies]
-    assert record["seeds"] == list(range(sweep.seeds))
+    assert record["seeds"] == sweep.seed_list()
     # every (workload, policy, seed) step is in the record, once
     steps = sorted((r["workload"], r["policy"], r["seed"]) for r in record["results"])
     assert steps == sorted((w.name, p.name, s) for w in sweep.workloads
-                           for p in sweep.policies for s in range(sweep.seeds))
+                           for p in sweep.policies for s in sweep.seed_list())
+
+
+def test_the_replication_reruns_the_explaining_cells_unchanged_on_fresh_seeds() -> None:
+    from affinity_sim.prscale_replication import CELLS, REPORTED_APART
+
+    sweep = preset("pr7435-scale-replication")
+    defined = {w.name: w for run in ("pr7435-scale-step-size", "pr7435-scale-pool")
+               for w in preset(run).workloads}
+    assert [w.name for w in sweep.workloads] == [c for c, _ in (*CELLS, *REPORTED_APART)]
+    for w in sweep.workloads:  # the same workload as in its run, description aside
+        assert attrs.evolve(w, description="") == attrs.evolve(defined[w.name], description="")
+    assert [p.name for p in sweep.policies] == ["legacy", "margin-2"]
+    earlier = set(range(10)) | {1000, 1001}  # the sensitivity runs' seeds and the fit seeds
+    assert len(sweep.seed_list()) == 100 and not earlier & set(sweep.seed_list())
