@@ -33,7 +33,7 @@ from typing import Any
 import attrs
 
 from affinity_core import Acquire, Config, Event, Lookup, State, classify, event_to_json
-from affinity_core.policy import keep_band, keep_pin
+from affinity_core.policy import keep_band, keep_pin, tie_index
 
 __all__ = ["describe_event", "explain_acquire", "explain_counters", "explain_state_change"]
 
@@ -200,26 +200,25 @@ def explain_acquire(config: Config, pre: State, event: Acquire, chosen: str | No
         reqs = [*reqs, *moved] if ambiguous else [*moved, *reqs]
     elif (chosen is not None and reference is not None and chosen != reference
             and chosen in permitted):
-        which, req = _tie_words(config, event, ties, reference)
+        which, req = _tie_words(config, event, ties)
         words.append(f"{chosen} is tied at the minimum but the configured tie-break picks "
                      f"{reference} ({which}); {tie_hint}")
         reqs += [req]
     return ": ".join(words[:2]) + ("; " + "; ".join(words[2:]) if words[2:] else ""), reqs
 
 
-def _tie_words(config: Config, event: Acquire, ties: Sequence[str],
-               reference: str) -> tuple[str, str]:
-    """How the configured tie-break chose ``reference`` among ``ties`` (R-TIE-2..4)."""
+def _tie_words(config: Config, event: Acquire, ties: Sequence[str]) -> tuple[str, str]:
+    """How the configured tie-break chooses among ``ties`` (R-TIE-2..4)."""
     mode = config.tie_break.value
     t = len(ties)
+    index = tie_index(config, t, event)  # the core's own choice, only put into words here
     if mode == "first":
         return "first in pool order", "R-TIE-2"
     if mode == "hashed" and event.request_id is not None:
-        return (f"'hashed': stable_hash({event.request_id!r}) mod {t} = index "
-                f"{ties.index(reference) if reference in ties else '?'} of the tie set "
-                f"{_set(ties)}", "R-TIE-4")
-    return (f"'{mode}': tie_draw {event.tie_draw} mod {t} = index {event.tie_draw % t} of the "
-            f"tie set {_set(ties)}", "R-TIE-3" if mode == "draw" else "R-TIE-4")
+        return (f"'hashed': stable_hash({event.request_id!r}) mod {t} = index {index} of the "
+                f"tie set {_set(ties)}", "R-TIE-4")
+    return (f"'{mode}': tie_draw {event.tie_draw} mod {t} = index {index} of the tie set "
+            f"{_set(ties)}", "R-TIE-3" if mode == "draw" else "R-TIE-4")
 
 
 def _breaks_without_determinism(config: Config, pre: State, pin: str, event: Acquire) -> bool:
