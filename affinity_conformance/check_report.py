@@ -128,6 +128,10 @@ class CheckReport:
 # ------------------------------------------------------------------ vectors
 def load_vectors(root: Path) -> list[Case]:
     """Parse every vector under ``root`` and check it against its digests."""
+    if root.exists() and not root.is_dir():
+        hint = (f" (use {root.parent}, the directory that holds it)"
+                if root.name == MANIFEST_NAME else "")
+        raise VectorError(f"{root} is a file; --vectors takes the vector directory{hint}")
     if not root.is_dir():
         raise VectorError(f"{root}: no such vector directory")
     files = vector_files(root)

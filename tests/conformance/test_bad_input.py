@@ -147,6 +147,12 @@ def test_vector_dir_missing_or_empty(tmp_path: Path) -> None:
     _assert_clean_error(code, err, "no vectors")
 
 
+def test_vector_dir_given_as_its_manifest_file(vector_dir: Path) -> None:
+    code, _, err = _check(vector_dir / "MANIFEST.json")
+    _assert_clean_error(code, err, "is a file; --vectors takes the vector directory")
+    assert f"use {vector_dir}" in err
+
+
 def test_vectors_verify_reports_drift(vector_dir: Path) -> None:
     code, _, err = run("vectors", "verify", "--dir", str(vector_dir))
     assert code == 1 and "missing:" in err and "Traceback" not in err
