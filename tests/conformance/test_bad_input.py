@@ -148,6 +148,7 @@ def test_vector_dir_missing_or_empty(tmp_path: Path) -> None:
 
 
 def test_vector_dir_given_as_its_manifest_file(vector_dir: Path) -> None:
+    shutil.copy(VECTORS / "MANIFEST.json", vector_dir / "MANIFEST.json")
     code, _, err = _check(vector_dir / "MANIFEST.json")
     _assert_clean_error(code, err, "is a file; --vectors takes the vector directory")
     assert f"use {vector_dir}" in err
