@@ -8,7 +8,9 @@ record legacy and margin 2 on the PR's rows. This module draws one panel per inp
 margin 2's paired median change with its 95% interval against the input's value, one
 line per row, the prediction's own record at the preset's value, and each row's PR
 result as a dashed line of the same colour. A hollow marker is the value whose legacy
-hit rate is nearest the PR's (the ‡ of the tables). No simulation runs here::
+hit rate is nearest the PR's (the ‡ of the tables). When the replication's record
+(``pr7435-scale-replication.json``) sits beside them, a star with its interval marks each
+replicated cell's 100-seed median at the same value. No simulation runs here::
 
     python -m affinity_sim.prscale_figure sim/pr7435-scale.json sim/pr7435-scale-sensitivity.png
 """
@@ -25,7 +27,9 @@ from affinity_cli.paths import file_problem
 from .prscale_report import ROWS
 from .records import RecordError, load
 
-__all__ = ["PANELS", "panel_points", "plot"]
+__all__ = ["PANELS", "REPLICATION", "panel_points", "plot", "replication_points"]
+
+REPLICATION = "pr7435-scale-replication"  # drawn as stars on the panels of its cells
 
 # (record stem, workload-name parameter, the preset's value, axis label, log x axis)
 PANELS = (
@@ -64,6 +68,18 @@ def panel_points(scale: dict[str, Any], variant: dict[str, Any], parameter: str,
              value == nearest) for value, s, _ in found]
 
 
+def replication_points(replication: dict[str, Any], parameter: str,
+                       row: str) -> list[tuple[float, float, float, float]]:
+    """``(value, median %, low %, high %)`` of the replicated cells ``row/parameter-value``."""
+    points = []
+    for summary in replication["summary"]:
+        name, _, value = str(summary["workload"]).partition(f"/{parameter}-")
+        if name == row and value and summary["policy"] == "margin-2":
+            points.append((float(value), summary["median_change"] * 100,
+                           summary["ci_low"] * 100, summary["ci_high"] * 100))
+    return sorted(points)
+
+
 def plot(scale: dict[str, Any], variants: dict[str, dict[str, Any]], path: str | Path) -> None:
     """One panel per entry of :data:`PANELS` whose record is in ``variants``."""
     import matplotlib
@@ -91,6 +107,10 @@ def plot(scale: dict[str, Any], variants: dict[str, dict[str, Any]], path: str |
                 if nearest:
                     ax.plot(x, y, marker="o", markersize=10, markerfacecolor="none",
                             markeredgecolor=colour)
+            for x, y, low, high in (replication_points(variants[REPLICATION], parameter, row)
+                                    if REPLICATION in variants else []):
+                ax.errorbar([x], [y], yerr=[[y - low], [high - y]], color=colour, marker="*",
+                            markersize=11, capsize=3, linewidth=1.5, linestyle="none")
             ax.axhline(scale["reference"][row]["change"] * 100, color=colour,
                        linestyle="--", linewidth=0.8)
         ax.axvline(base, color="grey", linestyle=":", linewidth=0.8)
@@ -108,7 +128,7 @@ def plot(scale: dict[str, Any], variants: dict[str, dict[str, Any]], path: str |
     axes[0][0].legend(fontsize=7)
     fig.suptitle("pr7435-scale sensitivity runs: margin 2 with 95% CI per row; dashed: the "
                  "PR's result; dotted: the prediction's value; ring: hit rate nearest the "
-                 "PR's", fontsize=8)
+                 "PR's; star: that cell on 100 fresh seeds", fontsize=8)
     fig.tight_layout()
     fig.savefig(path)
     plt.close(fig)
@@ -126,7 +146,7 @@ def main(argv: list[str]) -> int:
             raise RecordError(f"OUT.png: {why}")
         scale = load(scale_path)
         variants = {}
-        for stem, *_ in PANELS:
+        for stem in (*(panel[0] for panel in PANELS), REPLICATION):
             path = scale_path.with_name(f"{stem}.json")
             if path.exists():
                 variants[stem] = load(path)
@@ -134,7 +154,9 @@ def main(argv: list[str]) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     plot(scale, variants, argv[1])
-    print(f"wrote {argv[1]} ({len(variants)} panels)")
+    panels = sum(stem in variants for stem, *_ in PANELS)
+    print(f"wrote {argv[1]} ({panels} panels"
+          f"{', the replication starred' if REPLICATION in variants else ''})")
     return 0
 
 

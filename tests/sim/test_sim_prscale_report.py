@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from affinity_sim.prscale_figure import panel_points, plot
+from affinity_sim.prscale_figure import REPLICATION, panel_points, plot, replication_points
 from affinity_sim.prscale_report import (
     ROWS,
     ablation_table,
@@ -235,4 +235,12 @@ def test_sensitivity_figure_points_and_file(tmp_path: Path) -> None:
     assert [p[0] for p in panel_points(scale, variant, "util", 0.5, "ctx9k-bigkv")] == [0.5]
     out = tmp_path / "figure.png"
     plot(scale, {"pr7435-scale-pool": variant}, out)
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    # the replication's cells are starred on their own panel and row only
+    replication = _variant("util-0.3", ROWS[:1])
+    assert replication_points(replication, "util", "ctx2k") == [
+        pytest.approx((0.3, -2.0, -3.0, -1.0))]
+    assert replication_points(replication, "util", "ctx9k") == []
+    assert replication_points(replication, "prompts", "ctx2k") == []
+    plot(scale, {"pr7435-scale-pool": variant, REPLICATION: replication}, out)
     assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
