@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
@@ -296,23 +296,29 @@ def test_odd_usage_records_nothing_and_the_client_gets_the_body_intact(
     assert meter == ((150, 200) if result == "recorded" else (0, 0))
 
 
-def test_a_report_from_a_backend_that_left_the_pool_meanwhile_is_dropped() -> None:
-    async def scenario() -> tuple[Fleet, str]:
-        async with fleet(2, **REUSE) as f:
-            first = f.router.table.servers[0]
-            for ids in TURNS[:2]:
-                await f.complete("conv", prompt=ids)
-            f.stubs[0].options.delay = 0.3
-            turn = asyncio.create_task(f.complete("conv", prompt=TURNS[2]))
-            await wait_until(lambda: f.router.table.inflight(first) == 1, what="the turn")
-            f.router.probed(first, False)  # a failed health check: out of the pool
-            assert not f.router.table.is_active(first)
-            reply = await turn
-            assert reply.status == 200 and reply.path == "kept"
-            await settle(f)
-            return f, first
+async def _kept_turn_while(meanwhile: Callable[[Fleet, str], None]) -> tuple[Fleet, str]:
+    """A conversation's third turn, kept on the first backend, with ``meanwhile`` done to
+    that backend while the turn is in flight; the fleet after the relay has ended."""
+    async with fleet(2, **REUSE) as f:
+        first = f.router.table.servers[0]
+        for ids in TURNS[:2]:
+            await f.complete("conv", prompt=ids)
+        f.stubs[0].options.delay = 0.3
+        turn = asyncio.create_task(f.complete("conv", prompt=TURNS[2]))
+        await wait_until(lambda: f.router.table.inflight(first) == 1, what="the turn")
+        meanwhile(f, first)
+        reply = await turn
+        assert reply.status == 200 and reply.path == "kept"
+        await settle(f)
+        return f, first
 
-    f, first = run(scenario())
+
+def test_a_report_from_a_backend_that_left_the_pool_meanwhile_is_dropped() -> None:
+    def leave(f: Fleet, first: str) -> None:
+        f.router.probed(first, False)  # a failed health check: out of the pool
+        assert not f.router.table.is_active(first)
+
+    f, first = run(_kept_turn_while(leave))
     assert _reports(f, first) == {"recorded": 1, "no_usage": 0, "invalid": 0,
                                   "left_pool": 1}
     assert f.router.proxy.reuse is not None
@@ -350,22 +356,11 @@ def test_a_report_from_before_a_backend_left_and_returned_is_dropped() -> None:
     """newuser2: a kept turn in flight while its backend left the pool and came back was
     recorded into the returning backend's fresh sums (R-BAND-6: a server that leaves loses
     its sums; the turn measured the cache it had before it left)."""
-    async def scenario() -> tuple[Fleet, str]:
-        async with fleet(2, **REUSE) as f:
-            first = f.router.table.servers[0]
-            for ids in TURNS[:2]:
-                await f.complete("conv", prompt=ids)
-            f.stubs[0].options.delay = 0.3
-            turn = asyncio.create_task(f.complete("conv", prompt=TURNS[2]))
-            await wait_until(lambda: f.router.table.inflight(first) == 1, what="the turn")
-            f.router.probed(first, False)  # out of the pool: its sums are forgotten
-            assert f.router.table.add(first)  # and back (a passing check would do this)
-            reply = await turn
-            assert reply.status == 200 and reply.path == "kept"
-            await settle(f)
-            return f, first
+    def leave_and_return(f: Fleet, first: str) -> None:
+        f.router.probed(first, False)  # out of the pool: its sums are forgotten
+        assert f.router.table.add(first)  # and back (a passing check would do this)
 
-    f, first = run(scenario())
+    f, first = run(_kept_turn_while(leave_and_return))
     assert _reports(f, first) == {"recorded": 1, "no_usage": 0, "invalid": 0,
                                   "left_pool": 1}
     assert f.router.proxy.reuse is not None
