@@ -28,6 +28,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from affinity_cli.paths import file_problem
+
 from .simulate import StepResult
 from .stats import summarize
 
@@ -156,9 +158,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", default=None, metavar="PATH",
                         help="write the merged record here (default: print a summary only)")
     args = parser.parse_args(argv)
-    try:
+    try:  # the output path is checked before any record is read
         if args.json is not None:
-            from affinity_cli.paths import file_problem  # checked before any file is read
             why = file_problem(Path(args.json))
             if why is not None:
                 raise RecordError(f"--json: {why}")
