@@ -65,7 +65,11 @@ class Sweep:
         return list(range(self.first_seed, self.first_seed + self.seeds))
 
     def reference_for(self, workload: str) -> dict[str, Any]:
-        return dict(dict(self.reference).get(workload, ()))
+        """The PR's numbers for ``workload``; a variant ``row/...`` of a sensitivity run or
+        the ablation is read against its row's numbers."""
+        references = dict(self.reference)
+        found = references.get(workload, references.get(workload.partition("/")[0], ()))
+        return dict(found)
 
 
 def run_task(workload: Workload, policies: Sequence[PolicySpec], seed: int) -> list[StepResult]:

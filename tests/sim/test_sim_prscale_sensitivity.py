@@ -220,3 +220,11 @@ def test_the_replication_reruns_the_explaining_cells_unchanged_on_fresh_seeds() 
     assert [p.name for p in sweep.policies] == ["legacy", "margin-2"]
     earlier = set(range(10)) | {1000, 1001}  # the sensitivity runs' seeds and the fit seeds
     assert len(sweep.seed_list()) == 100 and not earlier & set(sweep.seed_list())
+
+
+def test_a_variant_is_read_against_its_rows_pr_numbers() -> None:
+    sweep = preset("pr7435-scale-replication")
+    assert sweep.reference_for("ctx20k/prompts-128") == sweep.reference_for("ctx20k")
+    assert sweep.reference_for("ctx20k")["change"] == pytest.approx(-0.101)
+    assert sweep.reference_for("ctx9k-bigkv/prompts-256")["hit_rate"] == pytest.approx(0.997)
+    assert sweep.reference_for("agent-80k") == {}
