@@ -32,10 +32,21 @@ from typing import Any
 
 import attrs
 
-from affinity_core import Acquire, Config, Event, Lookup, State, classify, event_to_json
+from affinity_core import (
+    Acquire,
+    Acquired,
+    Config,
+    Event,
+    Lookup,
+    Path,
+    State,
+    classify,
+    event_to_json,
+)
 from affinity_core.policy import keep_band, keep_pin, tie_index
 
-__all__ = ["describe_event", "explain_acquire", "explain_counters", "explain_state_change"]
+__all__ = ["describe_event", "explain_acquire", "explain_counters", "explain_state_change",
+           "note_repin"]
 
 
 def describe_event(event: Event) -> str:
@@ -55,6 +66,19 @@ def describe_event(event: Event) -> str:
     if op == "observe_loads":
         return f"observe_loads({data['observed']!r})"
     return f"{op}()"
+
+
+def note_repin(repinned: dict[str, tuple[str, str]], event: Event, outcome: object,
+               where: str) -> None:
+    """Keep ``repinned`` (id -> (where, pin before)) as :func:`explain_acquire` reads it: a
+    break records the pin it overwrote; any other placement of the id forgets it."""
+    if not (isinstance(outcome, Acquired) and isinstance(event, Acquire)
+            and event.request_id is not None):
+        return
+    if outcome.path is Path.BROKEN and outcome.previous is not None:
+        repinned[event.request_id] = (where, outcome.previous)
+    elif outcome.path is not Path.KEPT:
+        repinned.pop(event.request_id, None)
 
 
 def _set(servers: Sequence[str]) -> str:

@@ -57,7 +57,6 @@ from affinity_core import (
     HashMode,
     LoadTable,
     ObserveLoads,
-    Path,
     Rejected,
     RejectReason,
     Release,
@@ -72,7 +71,13 @@ from affinity_core import (
 )
 from affinity_core.values import evolve
 
-from .diagnosis import describe_event, explain_acquire, explain_counters, explain_state_change
+from .diagnosis import (
+    describe_event,
+    explain_acquire,
+    explain_counters,
+    explain_state_change,
+    note_repin,
+)
 from .impl_loader import Impl, context_field
 
 __all__ = ["COMPARED_STATUS_KEYS", "PROMPT_LIST_LIMIT", "Divergence", "Lockstep",
@@ -235,13 +240,7 @@ class Lockstep:
                 victim = None if old is None else (outcome.evicted, old)
             if victim is not None:
                 self._evicted[victim[0]] = (len(self._descriptions) - 1, victim[1])
-        if isinstance(outcome, Acquired) and isinstance(event, Acquire) \
-                and event.request_id is not None:
-            if outcome.path is Path.BROKEN and outcome.previous is not None:
-                self._repinned[event.request_id] = (f"step {len(self._descriptions)}",
-                                                    outcome.previous)
-            elif outcome.path is not Path.KEPT:
-                self._repinned.pop(event.request_id, None)
+        note_repin(self._repinned, event, outcome, f"step {len(self._descriptions)}")
         self.fed.append(event)
         self.state = state
         return None

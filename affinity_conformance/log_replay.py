@@ -39,13 +39,11 @@ import attrs
 
 from affinity_core import (
     Acquire,
-    Acquired,
     CodecError,
     Config,
     ConfigError,
     Event,
     Outcome,
-    Path,
     State,
     allowed,
     canonical_dumps,
@@ -57,12 +55,12 @@ from affinity_core import (
     state_from_json,
     step,
 )
-from affinity_runtime.decision_log import state_summary
+from affinity_runtime.decision_log import DEFAULT_DIGEST_EVERY, state_summary
 
 from .decision_log import LogError, LogRecord, read_log
-from .diagnosis import describe_event, explain_acquire
+from .diagnosis import describe_event, explain_acquire, note_repin
 
-DIGEST_EVERY = 1024
+DIGEST_EVERY = DEFAULT_DIGEST_EVERY
 """R-LOG-1: a state digest on each file's first record and at least every 1,024 records."""
 
 __all__ = ["DIGEST_EVERY", "FileResult", "LogDivergence", "LogError", "Observer", "replay_file",
@@ -256,12 +254,7 @@ def replay_file(path: str | os.PathLike[str], observer: Observer | None = None, 
                     "(state_digest differs)",
                     str(data["state_digest"]), digest, tuple(context[-2:]), ("R-PURE-1",)))
         state = t.state
-        if isinstance(t.outcome, Acquired) and isinstance(event, Acquire) \
-                and event.request_id is not None:
-            if t.outcome.path is Path.BROKEN and t.outcome.previous is not None:
-                repinned[event.request_id] = (f"seq {seq}", t.outcome.previous)
-            elif t.outcome.path is not Path.KEPT:
-                repinned.pop(event.request_id, None)
+        note_repin(repinned, event, t.outcome, f"seq {seq}")
         if observer is not None:
             observer(event, t.outcome, state)
         checked += 1

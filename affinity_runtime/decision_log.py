@@ -79,7 +79,7 @@ __all__ = [
 ]
 
 LOG_FORMAT = "affinity-log/1"
-DEFAULT_DIGEST_EVERY = 1024
+DEFAULT_DIGEST_EVERY = 1024  # R-LOG-1's bound: a digest at least every 1,024 records
 # write: a record or header failed; rotate: the size rotation failed; deleted / moved /
 # replaced: the live file is no longer the one at the path; reopen: resuming failed.
 PROBLEM_KINDS = ("write", "rotate", "deleted", "moved", "replaced", "reopen")
@@ -113,8 +113,9 @@ class DecisionLogWriter:
             raise ValueError(f"decision log max_bytes must be >= 4096, got {max_bytes}")
         if backups < 0:
             raise ValueError(f"decision log backups must be >= 0, got {backups}")
-        if digest_every < 1:
-            raise ValueError(f"decision log digest_every must be >= 1, got {digest_every}")
+        if not 1 <= digest_every <= DEFAULT_DIGEST_EVERY:  # sparser logs fail replay (R-LOG-1)
+            raise ValueError(f"decision log digest_every must be in [1, "
+                             f"{DEFAULT_DIGEST_EVERY}], got {digest_every}")
         for name, value in (("check_interval", check_interval),
                             ("retry_interval", retry_interval)):
             if not 0 <= value <= 3600:

@@ -166,3 +166,13 @@ def test_a_writer_touches_nothing_before_start(tmp_path: Path) -> None:
         _started(unusable)
     with pytest.raises(ValueError, match="check_interval must be in"):
         DecisionLogWriter(tmp_path / "lb.ndjson", check_interval=-1.0)
+
+
+def test_digest_every_is_bounded_by_what_replay_accepts(tmp_path: Path) -> None:
+    # R-LOG-1: a digest at least every 1,024 records; a sparser writer would write logs that
+    # affinity replay refuses as malformed, so it is refused when it is built.
+    for bad in (0, 1025):
+        with pytest.raises(ValueError, match=rf"digest_every must be in \[1, 1024\], got {bad}"):
+            DecisionLogWriter(tmp_path / "lb.ndjson", digest_every=bad)
+    assert DecisionLogWriter(tmp_path / "lb.ndjson", digest_every=1024).digest_every == 1024
+    assert list(tmp_path.iterdir()) == []
