@@ -1,4 +1,4 @@
-"""Packaging hook: the optional mypyc build of affinity_core (build_support/native_build.py).
+"""Packaging hook: the optional mypyc build of affinity_engine (build_support/native_build.py).
 
 Everything else about the package is in pyproject.toml. ``AFFINITY_BUILD=pure|auto|compiled``
 chooses the build; ``auto`` (the default) compiles when mypyc and a C compiler work and

@@ -104,16 +104,16 @@ def _chosen(argv: Sequence[str]) -> str | None:
 
 
 def version_text() -> str:
-    """The package version and which build of affinity_core this process runs."""
+    """The package version and which build of affinity_engine this process runs."""
     from importlib.metadata import PackageNotFoundError, version
 
     try:
         number = version("affinity-routing")
     except PackageNotFoundError:
         number = "unknown (not installed)"
-    from affinity_core._build import BUILD_INFO
+    from affinity_engine._build import BUILD_INFO
 
-    return f"affinity {number}; affinity_core: {BUILD_INFO}"
+    return f"affinity {number}; affinity_engine: {BUILD_INFO}"
 
 
 class _VersionAction(argparse.Action):
@@ -134,7 +134,7 @@ def build_parser(argv: Sequence[str] = ()) -> argparse.ArgumentParser:
                "not installed; each subcommand's --help lists its own.",
     )
     parser.add_argument("--version", action=_VersionAction, nargs=0,
-                        help="print the version and the build of affinity_core "
+                        help="print the version and the build of affinity_engine "
                              "(pure or compiled), then exit")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     chosen = _chosen(argv)
@@ -159,7 +159,7 @@ def build_parser(argv: Sequence[str] = ()) -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args_list = list(sys.argv[1:] if argv is None else argv)
-    if _chosen(args_list) == "verify" and "affinity_core" not in sys.modules:
+    if _chosen(args_list) == "verify" and "affinity_engine" not in sys.modules:
         # The proofs monkeypatch and symbolically execute the source; a compiled core
         # would ignore the mutants. Its workers inherit the choice.
         os.environ["AFFINITY_BUILD"] = "pure"

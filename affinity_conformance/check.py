@@ -38,7 +38,7 @@ from typing import Any
 
 import attrs
 
-from affinity_core import Config, Event, initial_state
+from affinity_engine import Config, Event, initial_state
 
 from .check_report import CheckReport, Failure, SuiteResult, load_vectors
 from .diagnosis import describe_event

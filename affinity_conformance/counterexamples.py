@@ -24,8 +24,8 @@ import re
 from pathlib import Path
 from typing import Any
 
-from affinity_core import CodecError, ConfigError, config_from_json, event_from_json
-from affinity_core.codec import outcome_to_json
+from affinity_engine import CodecError, ConfigError, config_from_json, event_from_json
+from affinity_engine.codec import outcome_to_json
 
 from .scenario import Scenario
 

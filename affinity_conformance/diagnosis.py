@@ -32,7 +32,7 @@ from typing import Any
 
 import attrs
 
-from affinity_core import (
+from affinity_engine import (
     Acquire,
     Acquired,
     Config,
@@ -43,7 +43,7 @@ from affinity_core import (
     classify,
     event_to_json,
 )
-from affinity_core.policy import keep_band, keep_pin, tie_index
+from affinity_engine.policy import keep_band, keep_pin, tie_index
 
 __all__ = ["describe_event", "explain_acquire", "explain_counters", "explain_state_change",
            "note_repin"]

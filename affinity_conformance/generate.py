@@ -26,7 +26,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from affinity_core import (
+from affinity_engine import (
     Acquire,
     AddServers,
     ClearStickyCache,

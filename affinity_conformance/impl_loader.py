@@ -51,7 +51,7 @@ from typing import Any
 
 import attrs
 
-from affinity_core import Config, HashMode, TieBreak
+from affinity_engine import Config, HashMode, TieBreak
 
 __all__ = ["CONTEXT_FIELDS", "CONVENTIONS", "REQUIRED_METHODS", "Impl", "ImplError",
            "context_field", "declared_acquire_fields", "load_impl"]

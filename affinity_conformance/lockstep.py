@@ -20,8 +20,8 @@ Tie modes (R-REL-2):
 * ``first`` -- exact: the core runs with ``tie_break="first"`` (or ``"hashed"`` when the
   case says so) and every choice must equal the core's;
 * ``any`` -- refinement: the core runs with ``tie_break="draw"``; a choice must be in
-  :func:`affinity_core.allowed`, and the tie draw that picks it (what
-  :func:`affinity_core.draw_for` returns) is fed back, so the two states stay comparable
+  :func:`affinity_engine.allowed`, and the tie draw that picks it (what
+  :func:`affinity_engine.draw_for` returns) is fed back, so the two states stay comparable
   after a random tie.
 
 The acquire's ``context_tokens`` (the context band's ``c``) reaches the implementation
@@ -46,7 +46,7 @@ from typing import Any
 
 import attrs
 
-from affinity_core import (
+from affinity_engine import (
     NO_SERVERS_MESSAGE,
     Acquire,
     Acquired,
@@ -69,7 +69,7 @@ from affinity_core import (
     status,
     step,
 )
-from affinity_core.values import evolve
+from affinity_engine.values import evolve
 
 from .diagnosis import (
     describe_event,

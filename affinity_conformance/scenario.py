@@ -4,7 +4,7 @@ Theory of operation
 -------------------
 A :class:`Scenario` is a case under construction: a configuration, the current core
 state and the steps so far. Each fluent call builds one event, runs it through
-:func:`affinity_core.step`, and records ``{"event", "expect", "allowed"}`` with the
+:func:`affinity_engine.step`, and records ``{"event", "expect", "allowed"}`` with the
 outcome *the core produced*. So no generated expectation is ever typed by hand.
 
 Hand-checked facts are still stated where a scenario is written: ``expect=``, ``path=``,
@@ -13,7 +13,7 @@ worked out on paper, and building fails (:class:`ScenarioError`) when the core
 disagrees. That keeps the generator from being circular: a core bug shows up as a
 scenario that no longer builds, not as a silently regenerated vector.
 
-Every step also asserts all of :func:`affinity_core.invariants.step_invariants`.
+Every step also asserts all of :func:`affinity_engine.invariants.step_invariants`.
 
 Loads are reached through events only (:meth:`Scenario.fill`): fresh keyed "filler"
 requests (``f1``, ``f2``, ...) fill the pool evenly, then releases lower each server to
@@ -26,7 +26,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from affinity_core import (
+from affinity_engine import (
     Acquire,
     Acquired,
     AddServers,
@@ -50,7 +50,7 @@ from affinity_core import (
     state_to_json,
     step,
 )
-from affinity_core.invariants import step_invariants
+from affinity_engine.invariants import step_invariants
 
 from .vector_format import VECTOR_FORMAT
 from .vector_runner import observed_fields

@@ -27,7 +27,7 @@ from typing import Any
 
 import attrs
 
-from affinity_core import (
+from affinity_engine import (
     Acquire,
     Acquired,
     AddServers,

@@ -8,7 +8,7 @@ initial state, and ordered steps. spec/vectors/README.md is the consumer's contr
 this module is its Python reading, shared by the reference consumer
 (:mod:`affinity_conformance.vector_runner`), ``affinity check`` and the generator.
 
-* Text: the canonical JSON of the case (:func:`affinity_core.canonical_dumps`: UTF-8,
+* Text: the canonical JSON of the case (:func:`affinity_engine.canonical_dumps`: UTF-8,
   sorted keys, compact separators, integers only) followed by one newline.
 * ``_info.sha256`` is the SHA-256 of the canonical JSON of the case *without* ``_info``;
   ``MANIFEST.json`` holds the SHA-256 of every file's bytes.
@@ -35,7 +35,7 @@ from typing import Any
 
 import attrs
 
-from affinity_core import (
+from affinity_engine import (
     CodecError,
     Config,
     ConfigError,

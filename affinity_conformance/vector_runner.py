@@ -1,4 +1,4 @@
-"""The reference consumer: run a parsed vector through :mod:`affinity_core`.
+"""The reference consumer: run a parsed vector through :mod:`affinity_engine`.
 
 Theory of operation
 -------------------
@@ -27,7 +27,7 @@ from typing import Any
 
 import attrs
 
-from affinity_core import (
+from affinity_engine import (
     CodecError,
     Config,
     ConfigError,
@@ -40,8 +40,8 @@ from affinity_core import (
     status,
     step,
 )
-from affinity_core.events import Acquire
-from affinity_core.invariants import rejection_preserves_state
+from affinity_engine.events import Acquire
+from affinity_engine.invariants import rejection_preserves_state
 
 from .vector_format import Case, CheckStep, EventStep
 

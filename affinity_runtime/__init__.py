@@ -1,6 +1,6 @@
 """affinity_runtime: what the adapters run beside the pure core, with I/O.
 
-The core (:mod:`affinity_core`) does no I/O; the conformance tooling
+The core (:mod:`affinity_engine`) does no I/O; the conformance tooling
 (:mod:`affinity_conformance`) checks what the adapters did. This package holds the runtime
 pieces both adapters share and the checker reads: the decision-log writer and its format
 (:mod:`affinity_runtime.decision_log`), the single-writer path lock

@@ -6,7 +6,7 @@ A log is a sequence of files; each file is self-contained (R-LOG-1):
 
 * line 1, the header: ``{"format": "affinity-log/1", "config": {...}, "state": {...},
   "seq": n}`` -- the configuration and the full state *before* event ``n``, in the
-  canonical codec of :mod:`affinity_core.codec`;
+  canonical codec of :mod:`affinity_engine.codec`;
 * every further line: ``{"seq": n, "event": {...}, "outcome": {...}, "summary": {...}}``
   -- the event the adapter applied, the outcome it acted on, and a constant-size summary
   of the state after it (:func:`state_summary`);
@@ -54,7 +54,7 @@ import time
 from pathlib import Path
 from typing import IO, Any
 
-from affinity_core import (
+from affinity_engine import (
     Config,
     Event,
     Outcome,

@@ -1,4 +1,4 @@
-"""Core benchmark: affinity_core and its verl adapter against verl 0.9.1 and a PR #7435 class.
+"""Core benchmark: affinity_engine and its verl adapter against verl 0.9.1 and a PR #7435 class.
 
 Theory of operation
 -------------------
@@ -12,7 +12,7 @@ same process, so they see the same requests in the same order:
 * ``pr7435``: PR #7435's rule as a small subclass of verl 0.9.1's real class
   (:func:`pr7435_class`, written here from the published rule, not copied): margin 2,
   ties to the first server in pool order -- the baseline every ratio is against;
-* ``core``: ``affinity_core.step`` at margin 2 with ``first`` ties, events built inside the
+* ``core``: ``affinity_engine.step`` at margin 2 with ``first`` ties, events built inside the
   timed loop, as an embedding caller builds them: with the positional builders
   ``acquire_event`` / ``release_event`` (the same validation as the keyword constructors,
   which cost ~0.4 us more per pair in the compiled build, called from Python);
@@ -28,7 +28,7 @@ best of ``--repeat``, implementations alternate within each repeat so load spike
 all of them), memory per
 sticky entry (``tracemalloc`` growth while placing ``fill`` new sessions, divided by the
 entries created) for the core and verl, the ratios against ``pr7435`` (time) and ``verl``
-(memory), which build of the core ran (``affinity_core.BUILD``: ``pure`` or ``compiled``)
+(memory), which build of the core ran (``affinity_engine.BUILD``: ``pure`` or ``compiled``)
 and the machine's load average before and after.
 
 Run: ``python benchmarks/bench_core.py [--quick] [--json OUT]``; prefix with
@@ -52,9 +52,9 @@ from typing import Any
 
 from affinity_verl import AffinityLoadBalancer
 
-import affinity_core
+import affinity_engine
 from affinity_conformance.upstream import load_upstream_balancer, seeded_upstream_random
-from affinity_core import (
+from affinity_engine import (
     Acquire,
     Config,
     Release,
@@ -251,7 +251,7 @@ def main(argv: list[str] | None = None) -> int:
             parser.error(f"--scales takes replica counts among {known}, got {n}")
     shrink = 10 if args.quick else 1
     load_before = _load()
-    print(f"affinity_core build: {affinity_core.BUILD}; Python {platform.python_version()} "
+    print(f"affinity_engine build: {affinity_engine.BUILD}; Python {platform.python_version()} "
           f"on {platform.machine()}, {os.cpu_count()} CPUs; load average (1/5 min) "
           f"{load_before} at start")
     rows = []
@@ -291,7 +291,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"load average (1/5 min) {load_after} at end")
     if args.json:
         with open(args.json, "w", encoding="utf-8") as out:
-            json.dump({"python": platform.python_version(), "build": affinity_core.BUILD,
+            json.dump({"python": platform.python_version(), "build": affinity_engine.BUILD,
                        "margin": MARGIN, "load_before": load_before, "load_after": load_after,
                        "rows": rows}, out, indent=2)
     return 0

@@ -3,7 +3,7 @@
 Theory of operation
 -------------------
 verl 0.9.1 keeps its sticky map in a ``cachetools.LRUCache`` and mutates it in place;
-the core keeps a persistent :class:`affinity_core.StickyLru` and gets a new map from every
+the core keeps a persistent :class:`affinity_engine.StickyLru` and gets a new map from every
 write. This script times, in one process and on the same keys, the four operations the
 core's hot path uses, each against the LRUCache operation that does the same thing:
 
@@ -51,9 +51,9 @@ from typing import Any
 
 from cachetools import LRUCache
 
-import affinity_core
+import affinity_engine
 from affinity_conformance.upstream import load_upstream_balancer
-from affinity_core import (
+from affinity_engine import (
     Config,
     StickyLru,
     acquire_event,
@@ -221,7 +221,7 @@ def main(argv: list[str] | None = None) -> int:
     load_before = _load()
     result = measure(args.entries, args.ops, args.repeat, args.seed)
     load_after = _load()
-    print(f"affinity_core build: {affinity_core.BUILD}; Python {platform.python_version()}; "
+    print(f"affinity_engine build: {affinity_engine.BUILD}; Python {platform.python_version()}; "
           f"{args.entries} entries, {args.ops} ops, best of {args.repeat}; "
           f"load average (1/5 min) {load_before} -> {load_after}")
     print("ns per operation (Python loop included; 'loop' alone is "
@@ -237,7 +237,7 @@ def main(argv: list[str] | None = None) -> int:
           f"LRUCache {result['verl_mem_after_puts']:.0f}; peak while touching: StickyLru "
           f"{result['lru_mem_touching']:.0f}, LRUCache {result['verl_mem_touching']:.0f}")
     if args.json:
-        record: dict[str, Any] = {"build": affinity_core.BUILD, "entries": args.entries,
+        record: dict[str, Any] = {"build": affinity_engine.BUILD, "entries": args.entries,
                                   "ops": args.ops, "repeat": args.repeat,
                                   "load_before": load_before, "load_after": load_after,
                                   "ns": {k: round(v, 1) for k, v in result.items()}}

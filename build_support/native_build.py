@@ -1,4 +1,4 @@
-"""The optional mypyc build of affinity_core: a setuptools ``build_ext`` and a CLI.
+"""The optional mypyc build of affinity_engine: a setuptools ``build_ext`` and a CLI.
 
 Theory of operation
 -------------------
@@ -16,11 +16,11 @@ fails them): a compiled module inside a source tree would change what every deve
 runs.
 
 The compiled modules are not installed next to their sources but in the subpackage
-``affinity_core/_native`` with ``native_selector.py`` as its ``__init__`` and a
+``affinity_engine/_native`` with ``native_selector.py`` as its ``__init__`` and a
 ``manifest.json`` recording the SHA-256 of every compiled source, so the pure source
 stays importable (``AFFINITY_BUILD=pure``) and a stale build is refused (see
 native_selector.py). ``python build_support/native_build.py --out DIR`` builds a
-complete ``affinity_core`` package (sources plus ``_native``) into ``DIR``; the CI
+complete ``affinity_engine`` package (sources plus ``_native``) into ``DIR``; the CI
 equality tier (tests/build) uses it.
 """
 
@@ -40,7 +40,7 @@ from setuptools.command.build_ext import build_ext  # type: ignore[import-untype
 
 __all__ = ["MODULES", "PLACEHOLDER", "NativeBuildExt", "build_into", "requested_build"]
 
-PACKAGE = "affinity_core"
+PACKAGE = "affinity_engine"
 NATIVE = f"{PACKAGE}._native"
 # The modules on the decision path, with the events (built once per request) and the
 # native value base they all derive from. config and codec keep attrs.field() validators
@@ -60,7 +60,7 @@ def requested_build() -> str:
 
 
 def _say(message: str) -> None:
-    print(f"affinity_core build: {message}", file=sys.stderr, flush=True)
+    print(f"affinity_engine build: {message}", file=sys.stderr, flush=True)
 
 
 class NativeBuildExt(build_ext):  # type: ignore[misc]
@@ -120,7 +120,7 @@ def _mypyc_extensions(source_dir: Path, target_dir: Path) -> list[Extension]:
         paths, opt_level="3", group_name=f"{NATIVE}.core", target_dir=str(target_dir))
     for ext in extensions:
         if not ext.name.startswith(f"{NATIVE}."):
-            # affinity_core.machine -> affinity_core._native.machine: the module keeps
+            # affinity_engine.machine -> affinity_engine._native.machine: the module keeps
             # its name and init function, only its file moves beside the selector.
             ext.name = f"{NATIVE}.{ext.name.rpartition('.')[2]}"
     return extensions
@@ -141,7 +141,7 @@ def _write_selector(target: Path, source_dir: Path) -> None:
 
 
 def build_into(out: Path, root: Path, choice: str = "compiled") -> Path:
-    """Build a complete ``affinity_core`` package into ``out`` (for tests): the sources
+    """Build a complete ``affinity_engine`` package into ``out`` (for tests): the sources
     plus, when the build succeeds, ``_native``; ``choice`` is ``AFFINITY_BUILD``."""
     out = out.resolve()
     package = out / PACKAGE
@@ -166,7 +166,7 @@ def build_into(out: Path, root: Path, choice: str = "compiled") -> Path:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        description="Build the compiled affinity_core into a directory.")
+        description="Build the compiled affinity_engine into a directory.")
     parser.add_argument("--out", required=True, type=Path, help="directory to build into")
     parser.add_argument("--build", choices=("auto", "compiled", "pure"), default="compiled",
                         help="AFFINITY_BUILD for this build (default: compiled)")

@@ -1,10 +1,10 @@
-"""Selector of the compiled affinity_core, installed as ``affinity_core/_native/__init__.py``.
+"""Selector of the compiled affinity_engine, installed as ``affinity_engine/_native/__init__.py``.
 
 Theory of operation
 -------------------
-``build_support/native_build.py`` compiles the hot modules of ``affinity_core`` with mypyc
+``build_support/native_build.py`` compiles the hot modules of ``affinity_engine`` with mypyc
 and installs them, with this file and ``manifest.json``, in the subpackage
-``affinity_core/_native``. The pure sources stay where they are. ``affinity_core._build``
+``affinity_engine/_native``. The pure sources stay where they are. ``affinity_engine._build``
 imports this module first and calls :func:`activate`, which:
 
 * reads ``AFFINITY_BUILD`` (``auto`` -- the default --, ``compiled`` or ``pure``);
@@ -13,7 +13,7 @@ imports this module first and calls :func:`activate`, which:
   digest it was compiled from. Any difference means the compiled module is not the
   source: ``auto`` falls back to the source, ``compiled`` raises ImportError naming the
   modules. When all agree, this directory goes in front of the package ``__path__``,
-  so ``import affinity_core.machine`` finds the compiled module.
+  so ``import affinity_engine.machine`` finds the compiled module.
 
 The compiled build can therefore never silently run code other than the source next to
 it. The proofs need the source itself (monkeypatches and CrossHair do not reach into

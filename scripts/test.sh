@@ -72,7 +72,7 @@ step "ruff check ."
 "$VENV/bin/ruff" check .
 
 MYPY_TARGETS=()
-for dir in affinity_core affinity_runtime affinity_cli affinity_conformance adapters proofs sim tests benchmarks; do
+for dir in affinity_engine affinity_runtime affinity_cli affinity_conformance adapters proofs sim tests benchmarks; do
     if [[ -d "$dir" ]] && [[ -n "$(find "$dir" -name '*.py' -print -quit)" ]]; then
         MYPY_TARGETS+=("$dir")
     fi
@@ -130,7 +130,7 @@ fi
 # --- end of the Node block -------------------------------------------------------------
 
 # --- C compiler for the compiled-core equality tier (issue 16) ---------------------------
-# tests/compiled_build builds affinity_core with mypyc into a temp dir and reruns the vectors,
+# tests/compiled_build builds affinity_engine with mypyc into a temp dir and reruns the vectors,
 # the lockstep and the verl differential on it; without cc it is skipped with the reason.
 if ! command -v cc >/dev/null 2>&1 && ! command -v gcc >/dev/null 2>&1; then
     if command -v apt-get >/dev/null 2>&1 && [[ "$(id -u)" == 0 ]]; then

@@ -25,7 +25,7 @@ Theory of operation
    prefix and history (the previous query and answer are dropped: ``rewinds``), at most
    ``concurrency`` requests in flight, two replicas with the measured cost model, 64
    blocks of 128 tokens, ``max_num_seqs`` 2, ties drawn (``affinity serve``'s default).
-   Routing goes through the real ``affinity_core``; ``h`` is charged per request as
+   Routing goes through the real ``affinity_engine``; ``h`` is charged per request as
    ``acquire_latency_s``. Ten tie-draw seeds; the median is reported.
 3. **Compare** with the measured rows (Affinity margin None / 0 / 2) of the same JSON:
    hit rate, request split, makespan and the makespan ordering.

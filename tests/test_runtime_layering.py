@@ -15,7 +15,7 @@ import ast
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-RUNTIME_PACKAGES = ("affinity_core", "affinity_runtime", "adapters/affinity_verl",
+RUNTIME_PACKAGES = ("affinity_engine", "affinity_runtime", "adapters/affinity_verl",
                     "adapters/affinity_vllm")
 EXEMPT_PARTS = ("testing",)  # affinity_verl.testing: drivers and replay helpers for tests
 FORBIDDEN = ("affinity_conformance", "tests", "pytest", "hypothesis", "_pytest")
@@ -54,6 +54,6 @@ def test_runtime_code_imports_no_test_or_conformance_tooling() -> None:
 def test_negative_control_the_scan_sees_every_import_form() -> None:
     source = ("import os\nfrom affinity_conformance.decision_log import read_log\n"
               "def f():\n    import pytest\n    from tests.vllm import fleet\n"
-              "from . import sibling\nimport affinity_core\n")
+              "from . import sibling\nimport affinity_engine\n")
     assert forbidden_imports(source) == ["affinity_conformance.decision_log", "pytest",
                                          "tests.vllm"]

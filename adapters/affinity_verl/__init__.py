@@ -7,7 +7,7 @@ Three ways in (docs/verl.md has copy-paste examples):
   ``get_router_handle``;
 * ``ray.remote(AffinityLoadBalancer).remote(servers=..., affinity_break_margin=2)``.
 
-All routing decisions are made by :func:`affinity_core.step`; this package only adapts
+All routing decisions are made by :func:`affinity_engine.step`; this package only adapts
 verl's calls to core events and the outcomes back to verl's return values and errors.
 """
 
@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from affinity_core import NO_SERVERS_MESSAGE
+from affinity_engine import NO_SERVERS_MESSAGE
 
 from .balancer import AffinityLoadBalancer
 from .factory import (

@@ -1,4 +1,4 @@
-"""``AffinityLoadBalancer``: verl 0.9.1's ``RequestLoadBalancer`` on top of ``affinity_core``.
+"""``AffinityLoadBalancer``: verl 0.9.1's ``RequestLoadBalancer`` on top of ``affinity_engine``.
 
 Theory of operation
 -------------------
@@ -9,8 +9,8 @@ and give up that atomicity (PR #7435 behaviour 7).
 
 The adapter holds three things and decides nothing:
 
-* ``_state``: the core :class:`~affinity_core.State`. Each mutating method builds one
-  event, calls :func:`affinity_core.step`, stores the new state and maps the outcome to
+* ``_state``: the core :class:`~affinity_engine.State`. Each mutating method builds one
+  event, calls :func:`affinity_engine.step`, stores the new state and maps the outcome to
   verl's return value or exception. No routing logic lives here.
 * ``_handles``: ``server_id -> actor handle``. Handles are opaque to routing, so they are
   adapter data, not core state; ``add_servers`` / ``remove_servers`` keep them in step
@@ -53,7 +53,7 @@ import random
 from collections.abc import Iterable, Mapping
 from typing import Any, NoReturn
 
-from affinity_core import (
+from affinity_engine import (
     NO_SERVERS_MESSAGE,
     Acquire,
     Acquired,

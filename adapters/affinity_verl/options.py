@@ -10,13 +10,13 @@ The balancer is configured from three places, and all three go through
   (it still holds ``router_class``, which is accepted and ignored);
 * our own keywords (``affinity_break_margin``, ``tie_break``, ...), including the context
   band's ``affinity_break_tokens`` and ``affinity_break_band_cap`` (SPEC §7.5; the core's
-  :class:`~affinity_core.Config` checks that both come together, with a margin, and
+  :class:`~affinity_engine.Config` checks that both come together, with a margin, and
   ``cap >= margin``).
 
 Validation happens here, at construction or config load, never on the first request
 (issue 5, item 3; R-CFG-1): an unknown key names itself and the accepted keys, and a bad
 value names the key, the value and the accepted range. Routing options are checked by
-:class:`affinity_core.Config` itself; this module adds the adapter-only options (the
+:class:`affinity_engine.Config` itself; this module adds the adapter-only options (the
 decision log, whether routing requires it, and the tie-draw seed) and maps names.
 
 Defaults equal verl 0.9.1's ``GlobalRequestLoadBalancer`` exactly, with one choice the
@@ -36,7 +36,7 @@ from typing import Any
 
 import attrs
 
-from affinity_core import DEFAULT_MAX_CACHE_SIZE, Config, ConfigError, DualThreshold
+from affinity_engine import DEFAULT_MAX_CACHE_SIZE, Config, ConfigError, DualThreshold
 
 __all__ = [
     "ACCEPTED_KEYS",

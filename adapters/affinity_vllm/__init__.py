@@ -1,6 +1,6 @@
 """affinity_vllm: ``affinity serve``, a session-sticky HTTP router in front of vLLM.
 
-The router routes every request through :func:`affinity_core.step` (acquire on
+The router routes every request through :func:`affinity_engine.step` (acquire on
 arrival, release when the response ends or fails), exposes Prometheus /metrics,
 /status and /health, can feed vLLM's own load gauges to the core as ``ObserveLoads``
 events, and writes decision logs that ``affinity replay`` checks. ``affinity_vllm.stub``

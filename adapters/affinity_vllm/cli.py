@@ -65,7 +65,7 @@ def register(parser: argparse.ArgumentParser) -> None:
     parser.formatter_class = argparse.RawDescriptionHelpFormatter
     parser.description = (
         "Route OpenAI-style requests to a fleet of vLLM servers with load-aware session "
-        "affinity. Every decision goes through affinity_core: acquire on arrival, release "
+        "affinity. Every decision goes through affinity_engine: acquire on arrival, release "
         "when the response ends or fails.")
     parser.epilog = EPILOG
     d = attrs.fields(RouterOptions)  # defaults live in one place

@@ -3,7 +3,7 @@
 Theory of operation
 -------------------
 :class:`RouterOptions` gathers everything ``affinity serve`` accepts. It is validated
-when built (like :class:`affinity_core.Config`): a bad value raises
+when built (like :class:`affinity_engine.Config`): a bad value raises
 :class:`OptionsError` naming the option, the value and the accepted range, before any
 socket is opened. :meth:`RouterOptions.core_config` derives the core configuration;
 the routing semantics themselves are not duplicated here.
@@ -21,7 +21,7 @@ from urllib.parse import urlsplit
 
 import attrs
 
-from affinity_core import Config, ConfigError, validate_margin
+from affinity_engine import Config, ConfigError, validate_margin
 
 __all__ = ["CONTEXT_MODES", "OptionsError", "RouterOptions", "normalise_backend_url",
            "parse_margin"]

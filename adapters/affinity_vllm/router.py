@@ -7,7 +7,7 @@ One process, one event loop (uvloop when installed), one thread. The pieces:
 * :class:`~affinity_vllm.http_server.HttpServer` -- the client side (asyncio protocols and
   httptools; limits, read timeouts, client abandonment);
 * :class:`~affinity_vllm.routing.RoutingTable` -- the only routing state; every decision
-  and pool change is an ``affinity_core`` event, optionally written to a decision log;
+  and pool change is an ``affinity_engine`` event, optionally written to a decision log;
 * :class:`~affinity_vllm.proxy.Proxy` -- acquire, relay, release, retry once;
 * :class:`~affinity_vllm.upstream.UpstreamPool` -- pooled keep-alive connections to the
   backends;

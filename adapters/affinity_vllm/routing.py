@@ -1,9 +1,9 @@
-"""The router's routing state: one :class:`RoutingTable` applying ``affinity_core.step``.
+"""The router's routing state: one :class:`RoutingTable` applying ``affinity_engine.step``.
 
 Theory of operation
 -------------------
 Every routing decision and every change of the pool is one event stepped through the
-pure core; the table is the only place that holds a :class:`~affinity_core.State`.
+pure core; the table is the only place that holds a :class:`~affinity_engine.State`.
 Everything runs on the asyncio event loop thread and ``step`` never awaits, so each
 event is applied atomically without locks.
 
@@ -38,7 +38,7 @@ from typing import Any
 
 import attrs
 
-from affinity_core import (
+from affinity_engine import (
     Acquire,
     Acquired,
     AddServers,

@@ -4,12 +4,12 @@ Theory of operation
 -------------------
 ``affinity check-router`` judges a router against a *claim*: the spec configuration the
 router's users are told it implements. The claim is parsed here, at configuration time,
-into an :class:`affinity_core.Config` with two fixed choices that an HTTP router makes
+into an :class:`affinity_engine.Config` with two fixed choices that an HTTP router makes
 necessarily:
 
 * ``tie_break = draw``: a router breaks ties its own way (first, random, rendezvous hash,
   ...), so each observed choice is checked for membership in ``allowed`` and then fed back
-  with :func:`affinity_core.draw_for` (refinement, R-REL-2);
+  with :func:`affinity_engine.draw_for` (refinement, R-REL-2);
 * ``lease_accounting = true``: a router's load guard belongs to one request, so a request
   that was in flight on a removed backend cannot lower that backend's count after it is
   re-added (R-LEASE-3); without pool changes this is exactly verl's release rule.
@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import attrs
 
-from affinity_core import DEFAULT_MAX_CACHE_SIZE, Config, ConfigError, TieBreak
+from affinity_engine import DEFAULT_MAX_CACHE_SIZE, Config, ConfigError, TieBreak
 
 __all__ = ["Claim", "ClaimError", "parse_claim"]
 

@@ -35,7 +35,7 @@ from collections.abc import Sequence
 import attrs
 
 from affinity_conformance.diagnosis import explain_acquire
-from affinity_core import Acquire, Config, Lookup, State, classify
+from affinity_engine import Acquire, Config, Lookup, State, classify
 
 __all__ = ["Placed", "count_band", "explain_choice", "load_views"]
 

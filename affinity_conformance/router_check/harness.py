@@ -37,7 +37,7 @@ import attrs
 
 from affinity_conformance.scenario import Scenario
 from affinity_conformance.vector_format import case_text, seal
-from affinity_core import (
+from affinity_engine import (
     Acquire,
     Acquired,
     AddServers,

@@ -32,7 +32,7 @@ from pathlib import Path
 import aiohttp
 import attrs
 
-from affinity_core import DEFAULT_MAX_CACHE_SIZE
+from affinity_engine import DEFAULT_MAX_CACHE_SIZE
 
 from .fleet import MODEL, RecordingFleet
 from .presets import Preset, PresetError, RouterProcess, expand, free_port

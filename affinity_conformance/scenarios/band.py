@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from affinity_conformance.scenario import Scenario, ScenarioError
-from affinity_core import DualThreshold
+from affinity_engine import DualThreshold
 
 SUITE = "band"
 HUGE = 10**12  # beyond any real prompt, still exact as a double for non-Python consumers

@@ -10,7 +10,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from affinity_conformance.scenario import Scenario
-from affinity_core import DualThreshold
+from affinity_engine import DualThreshold
 
 SUITE = "counters"
 COUNTERS = ("affinity_kept", "affinity_broken")

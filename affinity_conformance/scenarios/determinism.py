@@ -14,7 +14,7 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 
 from affinity_conformance.scenario import Scenario
-from affinity_core import DualThreshold
+from affinity_engine import DualThreshold
 
 SUITE = "determinism"
 

@@ -20,7 +20,7 @@ from typing import Any
 
 from affinity_conformance.scenario import Scenario
 from affinity_conformance.vector_format import VECTOR_FORMAT
-from affinity_core import DualThreshold
+from affinity_engine import DualThreshold
 
 SUITE = "validation"
 

@@ -1,11 +1,11 @@
-"""Explicit-state breadth-first model checker over the real ``affinity_core.step``.
+"""Explicit-state breadth-first model checker over the real ``affinity_engine.step``.
 
 Theory of operation
 -------------------
 The checker enumerates every interleaving of events from a small universe (servers,
 request ids, tie draws, pool changes, clears, releases) and calls the *real*
-:func:`affinity_core.step` on each edge. On every edge it evaluates a list of
-:class:`Check` objects (which call the named predicates of ``affinity_core.invariants``);
+:func:`affinity_engine.step` on each edge. On every edge it evaluates a list of
+:class:`Check` objects (which call the named predicates of ``affinity_engine.invariants``);
 a failing check yields a :class:`Violation` with the shortest trace from the initial
 state, rebuilt from parent pointers.
 
@@ -52,8 +52,8 @@ from typing import Any, Protocol
 import attrs
 from immutables import Map
 
-from affinity_core import Config, Event, LeaseBook, State, Transition, initial_state, step
-from affinity_core.values import evolve
+from affinity_engine import Config, Event, LeaseBook, State, Transition, initial_state, step
+from affinity_engine.values import evolve
 
 __all__ = [
     "BfsResult",

@@ -30,9 +30,9 @@ import itertools
 
 import attrs
 
-from affinity_core import Acquire, Acquired, Config, Path, classify, step
-from affinity_core.machine import Lookup
-from affinity_core.values import evolve
+from affinity_engine import Acquire, Acquired, Config, Path, classify, step
+from affinity_engine.machine import Lookup
+from affinity_engine.values import evolve
 
 from .bfs import Check, Edge
 

@@ -3,7 +3,7 @@
 Theory of operation
 -------------------
 Each :class:`~affinity_proofs.bfs.Check` names its obligation (proofs/README.md) and the
-configurations it applies to. Wherever ``affinity_core.invariants`` has a named predicate
+configurations it applies to. Wherever ``affinity_engine.invariants`` has a named predicate
 the check calls it; this module adds only properties that are not single-step
 predicates of one state:
 
@@ -30,7 +30,7 @@ from typing import Any, cast
 
 import attrs
 
-from affinity_core import (
+from affinity_engine import (
     VERL_STATUS_KEYS,
     Acquire,
     Acquired,
@@ -48,10 +48,10 @@ from affinity_core import (
     status,
     step,
 )
-from affinity_core import invariants as inv
-from affinity_core.legacy import LegacyModel, legacy_step
-from affinity_core.machine import Lookup
-from affinity_core.values import evolve
+from affinity_engine import invariants as inv
+from affinity_engine.legacy import LegacyModel, legacy_step
+from affinity_engine.machine import Lookup
+from affinity_engine.values import evolve
 
 from .bfs import Check, Edge
 from .bfs_band_checks import BAND_CHECKS

@@ -37,7 +37,7 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-from affinity_core import (
+from affinity_engine import (
     Acquire,
     Acquired,
     AddServers,
@@ -56,7 +56,7 @@ from affinity_core import (
     State,
     StickyCacheCleared,
 )
-from affinity_core.outcomes import NO_SERVERS_MESSAGE
+from affinity_engine.outcomes import NO_SERVERS_MESSAGE
 
 from .bfs import Check, Edge
 from .bfs_spec_plain import (
@@ -73,9 +73,9 @@ from .bfs_spec_plain import (
 __all__ = ["SPEC_CHECKS", "effects_violation", "expected_status", "plain_crc32"]
 
 # The status module by name (the package re-exports the function under the same name), so
-# that a negative control patching ``affinity_core.status.status`` is seen here.
-status_mod = importlib.import_module("affinity_core.status")
-allowed_mod = importlib.import_module("affinity_core.allowed")
+# that a negative control patching ``affinity_engine.status.status`` is seen here.
+status_mod = importlib.import_module("affinity_engine.status")
+allowed_mod = importlib.import_module("affinity_engine.allowed")
 
 
 Expected = tuple[Any, dict[str, Any]]  # (outcome, successor as plain values)

@@ -16,13 +16,13 @@ from __future__ import annotations
 import binascii
 from typing import Any
 
-from affinity_core import Acquire, Config, HashMode, Release, State, TieBreak
+from affinity_engine import Acquire, Config, HashMode, Release, State, TieBreak
 
 __all__ = ["plain_crc32"]
 
 
 def plain_crc32(text: str) -> int:
-    """R-HASH-1: CRC-32/ISO-HDLC of the UTF-8 bytes (binascii, not affinity_core.hashing)."""
+    """R-HASH-1: CRC-32/ISO-HDLC of the UTF-8 bytes (binascii, not affinity_engine.hashing)."""
     return binascii.crc32(text.encode("utf-8")) & 0xFFFFFFFF
 
 

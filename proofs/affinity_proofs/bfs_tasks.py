@@ -23,7 +23,7 @@ from collections.abc import Sequence
 
 import attrs
 
-from affinity_core import Event
+from affinity_engine import Event
 
 from .bfs import BfsResult, Check, Environment, Violation, explore
 from .bfs_checks import CHECKS, checks_for, in_flight_check, lease_ground_truth_check
@@ -140,7 +140,7 @@ def symmetry_sound(run: BfsRun) -> tuple[bool, int, int, float]:
 
 
 def _show(event: Event) -> str:
-    from affinity_core.codec import event_to_json
+    from affinity_engine.codec import event_to_json
 
     data = event_to_json(event)
     op = data.pop("op")

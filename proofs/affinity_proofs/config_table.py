@@ -13,7 +13,7 @@ strings, ``None``, containers, huge integers -- and, for each case, what SPEC's 
 :func:`check_table` builds every case with the real constructors and demands: an accepted
 value is stored converted exactly as the spec says (``2.0`` becomes the int ``2``,
 ``1.1`` the rational ``11/10``); a refused one raises
-:class:`~affinity_core.ConfigError` whose message names the option and the offending
+:class:`~affinity_engine.ConfigError` whose message names the option and the offending
 value. The configuration event (R-CFG-2) is checked the same way: which server lists
 ``initial_state`` accepts, and that the state it builds is the spec's (pool in the given
 order, all counts 0, empty sticky map, counters 0, the sorted mirror, one fresh epoch per
@@ -35,7 +35,7 @@ from typing import Any
 
 import attrs
 
-from affinity_core import (
+from affinity_engine import (
     Acquire,
     Acquired,
     Config,

@@ -6,7 +6,7 @@ A Z3 proof is only as good as the encoding it proves things about. This module p
 encoding of :mod:`.z3_model` to the production code: for each concrete acquire (loads,
 sticky situation, policy, determinism, tie draw) it
 
-1. runs the *real* ``affinity_core.step`` on a state built from those values (draw
+1. runs the *real* ``affinity_engine.step`` on a state built from those values (draw
    tie-break, so the event's ``tie_draw`` selects the tie exactly like the encoding's
    ``tie``), and reads the chosen server, the path and the pin afterwards;
 2. substitutes the same values into the functional encoding (``decide`` over
@@ -16,7 +16,7 @@ sticky situation, policy, determinism, tie draw) it
    whose fresh minimum/maximum/pinned-load/placement variables are set from the core's
    state and choice: the domain constraints must accept them and the choice must match;
 4. for the legacy policy, checks the relational legacy encoding against
-   ``affinity_core.legacy.legacy_acquire``: it must accept the legacy model's server and
+   ``affinity_engine.legacy.legacy_acquire``: it must accept the legacy model's server and
    reject every other one.
 
 The points are every case for one and two servers with loads up to 2, then a seeded
@@ -37,7 +37,7 @@ from typing import Any
 import attrs
 import z3
 
-from affinity_core import (
+from affinity_engine import (
     Acquire,
     Acquired,
     Config,
@@ -48,8 +48,8 @@ from affinity_core import (
     StickyLru,
     step,
 )
-from affinity_core.legacy import LegacyModel, legacy_acquire
-from affinity_core.policy import least_loaded
+from affinity_engine.legacy import LegacyModel, legacy_acquire
+from affinity_engine.policy import least_loaded
 
 from .z3_model import AcquireVars, decide, legacy_decide
 

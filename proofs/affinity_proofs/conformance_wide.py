@@ -3,7 +3,7 @@
 Theory of operation
 -------------------
 The proofs of :mod:`.z3_param_lemmas` are about the encoding in :mod:`.z3_param`. This
-sweep links that encoding to ``affinity_core.step`` where the small-world sweep of
+sweep links that encoding to ``affinity_engine.step`` where the small-world sweep of
 :mod:`.conformance` cannot reach: pools of up to 130 servers (several leaves of the load
 table), loads up to 10^6 around a common base (so the minimum is tied across leaves and a
 gate's relative threshold is tested at minimum loads >= 4), caller hashes of any sign and
@@ -28,7 +28,7 @@ point:
 4. at a legacy point (margin and gate null, ``first`` or ``draw`` ties) the all-N legacy
    encoding, its tie rank replaced by the concrete running count of minima
    (``substitute_funs``), must accept the server of the independent legacy model
-   (``affinity_core.legacy``) and reject every other tie and the pin.
+   (``affinity_engine.legacy``) and reject every other tie and the pin.
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ from typing import Any
 import attrs
 import z3
 
-from affinity_core import (
+from affinity_engine import (
     Acquire,
     Acquired,
     Config,
@@ -50,7 +50,7 @@ from affinity_core import (
     StickyLru,
     step,
 )
-from affinity_core.legacy import LegacyModel, Ties, legacy_acquire
+from affinity_engine.legacy import LegacyModel, Ties, legacy_acquire
 
 from .conformance_wide_points import WidePoint, points
 from .z3_param import Pool, decide, det_index, legacy_decide

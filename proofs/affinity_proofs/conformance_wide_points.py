@@ -22,7 +22,7 @@ from typing import Any
 
 import attrs
 
-from affinity_core import DualThreshold
+from affinity_engine import DualThreshold
 
 __all__ = ["RELATIVE", "SIZES", "WidePoint", "points"]
 

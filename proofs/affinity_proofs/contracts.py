@@ -30,8 +30,8 @@ the uncontracted helpers ``_decide`` / ``_keep`` / ``_deterministic`` instead.
 
 from __future__ import annotations
 
-from affinity_core import Acquire, Acquired, Config, LoadTable, State, StickyLru, step
-from affinity_core.legacy import LegacyModel, legacy_acquire
+from affinity_engine import Acquire, Acquired, Config, LoadTable, State, StickyLru, step
+from affinity_engine.legacy import LegacyModel, legacy_acquire
 
 from . import mutants
 
@@ -75,7 +75,7 @@ def _acquire(config: Config, loads: tuple[int, int, int], pin: int, tie_draw: in
 
 
 def _keep(loads: tuple[int, int, int], pin: int, margin: int) -> bool:
-    from affinity_core import policy  # read at call time: a mutant may have patched it
+    from affinity_engine import policy  # read at call time: a mutant may have patched it
 
     return policy.keep_pin(Config(affinity_break_margin=margin), _pool(loads), SERVERS[pin])
 

@@ -14,7 +14,7 @@ A witness becomes a document of this shape (the vector suite of issue 4 will abs
 
     {"format": "affinity-counterexample/1", "name": ..., "description": ...,
      "property": "decision_above_band" | "spread_exceeds", "parameters": {...},
-     "requirements": [...], "config": <affinity_core.codec config>, "servers": [...],
+     "requirements": [...], "config": <affinity_engine.codec config>, "servers": [...],
      "steps": [{"event": <codec event>, "expect": {"server_id": ..., "path": ...}},
                {"event": {"op": "release", ...}, "expect": {"result": "applied"}}, ...],
      "generator": ...}
@@ -38,8 +38,8 @@ from typing import Any
 
 import attrs
 
-from affinity_core import Acquired, Config, Released, initial_state, step
-from affinity_core.codec import config_to_json, event_from_json
+from affinity_engine import Acquired, Config, Released, initial_state, step
+from affinity_engine.codec import config_to_json, event_from_json
 
 from .z3_bmc import BmcResult, shortest_trace
 
@@ -141,7 +141,7 @@ class Replayed:
 
 def replay(doc: JSON) -> list[Replayed]:
     """Run the document through the real core; raise ValueError on any mismatch."""
-    from affinity_core.codec import config_from_json
+    from affinity_engine.codec import config_from_json
 
     config = config_from_json(doc["config"])
     state = initial_state(config, doc["servers"])

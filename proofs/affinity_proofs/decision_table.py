@@ -16,8 +16,8 @@ is compared with :func:`~affinity_proofs.bfs_spec_checks.effects_violation`, the
 rules of SPEC sections 7-10 -- the same reference the BFS uses on every edge -- and
 ``allowed`` against R-REL-1.
 
-The pre-states are built with :class:`~affinity_core.LoadTable` and
-:class:`~affinity_core.StickyLru` from plain lists, so they are exactly the states a
+The pre-states are built with :class:`~affinity_engine.LoadTable` and
+:class:`~affinity_engine.StickyLru` from plain lists, so they are exactly the states a
 sequence of acquires would leave, without the path to them.
 """
 
@@ -27,7 +27,7 @@ import itertools
 from collections.abc import Iterator
 from fractions import Fraction
 
-from affinity_core import (
+from affinity_engine import (
     Acquire,
     Config,
     DualThreshold,
@@ -38,7 +38,7 @@ from affinity_core import (
     initial_state,
     step,
 )
-from affinity_core.values import evolve
+from affinity_engine.values import evolve
 
 from .bfs import Edge
 from .bfs_spec_checks import effects_violation

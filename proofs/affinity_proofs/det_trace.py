@@ -29,7 +29,7 @@ from collections.abc import Sequence
 
 import attrs
 
-from affinity_core import (
+from affinity_engine import (
     Acquire,
     AddServers,
     ClearStickyCache,
@@ -40,7 +40,7 @@ from affinity_core import (
     initial_state,
     step,
 )
-from affinity_core.codec import canonical_dumps, event_to_json, outcome_to_json
+from affinity_engine.codec import canonical_dumps, event_to_json, outcome_to_json
 
 __all__ = ["SEEDS", "DeterminismResult", "main", "run_processes", "script", "trace"]
 

@@ -9,8 +9,8 @@ where integers are expected, strings where lists are, empty and lone-surrogate i
 duplicates) with what SPEC section 4 says (the ``expect`` column is written from the
 spec, not from the code). :func:`check_events` builds each with the real constructor and
 demands: an accepted value is stored exactly (same value, same type); a refused one raises
-:class:`~affinity_core.EventError` whose message names the field and the value. An event
-that does not exist cannot reach :func:`~affinity_core.step`, so "a refused event changes
+:class:`~affinity_engine.EventError` whose message names the field and the value. An event
+that does not exist cannot reach :func:`~affinity_engine.step`, so "a refused event changes
 nothing" holds by construction once the refusal happens at construction.
 
 :func:`check_codec` holds the encoding (R-CODEC-1) to SPEC's text on the same values:
@@ -34,8 +34,8 @@ from typing import Any
 
 import attrs
 
-import affinity_core.codec as codec
-from affinity_core import (
+import affinity_engine.codec as codec
+from affinity_engine import (
     Acquire,
     AddServers,
     Config,
@@ -46,8 +46,8 @@ from affinity_core import (
     initial_state,
     step,
 )
-from affinity_core.codec import CodecError
-from affinity_core.events import ClearStickyCache, Event
+from affinity_engine.codec import CodecError
+from affinity_engine.events import ClearStickyCache, Event
 
 __all__ = ["EVENT_CASES", "EventCase", "check_codec", "check_defaults", "check_derived",
            "check_events"]
@@ -197,7 +197,7 @@ def _round_trip(value: Any, data: Any, decode: Any, problems: list[str]) -> None
 
 
 def _check_config_codec(problems: list[str]) -> None:
-    from affinity_core import DualThreshold
+    from affinity_engine import DualThreshold
 
     from .config_table import CASES
 
@@ -292,7 +292,7 @@ def check_derived() -> tuple[int, list[str]]:
     it is set and ``full_determinism`` is off (R-BAND-5) -- and ``evaluates_pins`` --
     hits are judged by load only under a margin or gate policy without
     ``full_determinism`` (R-DET-4)."""
-    from affinity_core import DualThreshold
+    from affinity_engine import DualThreshold
 
     problems: list[str] = []
     checked = 0
@@ -322,7 +322,7 @@ def check_defaults() -> tuple[int, list[str]]:
     configuration."""
     from fractions import Fraction
 
-    import affinity_core.config as config_mod
+    import affinity_engine.config as config_mod
 
     want: dict[str, Any] = {
         "affinity_break_margin": None, "dual_threshold": None, "max_cache_size": 10000,

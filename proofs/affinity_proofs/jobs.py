@@ -211,7 +211,7 @@ def conformance_job(scope: Scope) -> list[Row]:
                                       r.failures[0] if r.failures else
                                       f"no disagreement in {r.points} points"))
     detail = f"{result.points} concrete acquires: functional, relational and legacy " \
-             "encodings agree with affinity_core.step / legacy_acquire"
+             "encodings agree with affinity_engine.step / legacy_acquire"
     if result.failures:
         detail = "; ".join(result.failures)
     return [Row(0, "Z3 encoding == real core (concrete)",
@@ -222,7 +222,7 @@ def conformance_job(scope: Scope) -> list[Row]:
 
 # ---------------------------------------------------------------------------- BFS
 def _summary(run: BfsRun, result: BfsResult) -> dict[str, Any]:
-    from affinity_core.codec import config_to_json
+    from affinity_engine.codec import config_to_json
 
     from .bfs_tasks import env_of
 

@@ -163,7 +163,7 @@ def conformance_wide_job(scope: Scope) -> list[Row]:
                                       r.failures[0] if r.failures else
                                       f"no disagreement in {r.points} points"))
     detail = (f"{result.points} Hypothesis points (derandomized): the all-N encoding agrees "
-              f"with affinity_core.step; N <= {result.max_n}, loads <= {result.max_load}, "
+              f"with affinity_engine.step; N <= {result.max_n}, loads <= {result.max_load}, "
               f"{result.negative_hashes} negative caller hashes, {result.gate_min_ge_4} gate "
               f"points with min >= 4, {result.band_points} context-band points "
               f"({result.band_hits_at_edge} hits at the band's edge)")

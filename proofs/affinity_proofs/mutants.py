@@ -11,7 +11,7 @@ duration of a check and restores it afterwards, so the explicit-state checker, t
 encoding-conformance sweep and the CrossHair wrappers all run the mutated production code,
 never a model of it. The patch points are the names the machine actually calls:
 
-* ``affinity_core.machine.keep_pin`` / ``least_loaded`` / ``deterministic_server`` /
+* ``affinity_engine.machine.keep_pin`` / ``least_loaded`` / ``deterministic_server`` /
   ``classify`` (imported by name into the machine, so they are patched there, and in
   ``policy`` / ``allowed`` for the callers that hold their own reference);
 * entries of ``ACQUIRE_RULES`` and ``TRANSITIONS`` (the transition table is data: "a
@@ -33,9 +33,9 @@ import importlib
 from collections.abc import Callable, Iterator
 from typing import Any
 
-import affinity_core.machine as machine
-import affinity_core.policy as policy
-from affinity_core import (
+import affinity_engine.machine as machine
+import affinity_engine.policy as policy
+from affinity_engine import (
     Acquire,
     Acquired,
     ClearStickyCache,
@@ -47,10 +47,10 @@ from affinity_core import (
     ReleaseResult,
     StickyLru,
 )
-from affinity_core.machine import ACQUIRE_RULES, TRANSITIONS, Lookup, Transition
-from affinity_core.outcomes import Rejected, RejectReason, Released
-from affinity_core.state import State
-from affinity_core.values import evolve
+from affinity_engine.machine import ACQUIRE_RULES, TRANSITIONS, Lookup, Transition
+from affinity_engine.outcomes import Rejected, RejectReason, Released
+from affinity_engine.state import State
+from affinity_engine.values import evolve
 
 from . import mutants_keep
 from .mutants_band import BAND_MUTANTS
@@ -201,8 +201,8 @@ def _evicted_not_reported(config: Config, state: State, event: Acquire,
     return t
 
 
-status_mod = importlib.import_module("affinity_core.status")
-config_mod = importlib.import_module("affinity_core.config")
+status_mod = importlib.import_module("affinity_engine.status")
+config_mod = importlib.import_module("affinity_engine.config")
 
 
 def _status_total_counts_external() -> Iterator[None]:

@@ -21,15 +21,15 @@ from typing import Any
 
 import attrs
 
-import affinity_core.machine as machine
-import affinity_core.policy as policy
-from affinity_core import Config
+import affinity_engine.machine as machine
+import affinity_engine.policy as policy
+from affinity_engine import Config
 
 __all__ = ["Mutant", "Patch", "allowed_mod", "patched"]
 
-# ``affinity_core.allowed`` the attribute is the function (re-exported by the package);
+# ``affinity_engine.allowed`` the attribute is the function (re-exported by the package);
 # the module has to be fetched by name.
-allowed_mod = importlib.import_module("affinity_core.allowed")
+allowed_mod = importlib.import_module("affinity_engine.allowed")
 
 Patch = Callable[[], Iterator[None]]
 

@@ -19,17 +19,17 @@ import importlib
 from collections.abc import Iterator
 from typing import Any
 
-import affinity_core.machine as machine
-import affinity_core.policy as policy
-from affinity_core import Acquire, Config, HashMode, LoadTable, StickyLru, TieBreak
-from affinity_core.values import evolve
+import affinity_engine.machine as machine
+import affinity_engine.policy as policy
+from affinity_engine import Acquire, Config, HashMode, LoadTable, StickyLru, TieBreak
+from affinity_engine.values import evolve
 
 from .mutants import by_name
 from .mutants_base import _ORIGINAL_KEEP, Mutant, _keep_patch, allowed_mod, patched
 
 __all__ = ["BEYOND_SMALL_MUTANTS", "beyond_by_name"]
 
-loads_mod = importlib.import_module("affinity_core.loads")
+loads_mod = importlib.import_module("affinity_engine.loads")
 
 
 def _tie_count_sums_children() -> Iterator[None]:

@@ -29,11 +29,11 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from affinity_core import Acquire, Config, LeaseBook
-from affinity_core.machine import Transition
-from affinity_core.outcomes import Rejected, RejectReason
-from affinity_core.state import State
-from affinity_core.values import evolve
+from affinity_engine import Acquire, Config, LeaseBook
+from affinity_engine.machine import Transition
+from affinity_engine.outcomes import Rejected, RejectReason
+from affinity_engine.state import State
+from affinity_engine.values import evolve
 
 from .mutants_base import Mutant, Patch, allowed_mod, patched
 
@@ -49,7 +49,7 @@ def _lease_grant_not_recorded() -> Iterator[None]:
 
 
 def _invalid_acquire_drops_pin() -> Iterator[None]:
-    from affinity_core.machine import TRANSITIONS
+    from affinity_engine.machine import TRANSITIONS
 
     original = TRANSITIONS[Acquire]
 
@@ -66,7 +66,7 @@ def _invalid_acquire_drops_pin() -> Iterator[None]:
 
 
 def _leases_match_loads_vacuous() -> Iterator[None]:
-    import affinity_core.invariants as inv
+    import affinity_engine.invariants as inv
 
     def vacuous(config: Config, state: State) -> bool:
         return True

@@ -26,15 +26,15 @@ import importlib
 from collections.abc import Iterator
 from typing import Any
 
-from affinity_core import Config
+from affinity_engine import Config
 
 from .mutants_base import Mutant, patched
 
 __all__ = ["INPUT_MUTANTS"]
 
-events_mod = importlib.import_module("affinity_core.events")
-config_mod = importlib.import_module("affinity_core.config")
-codec_mod = importlib.import_module("affinity_core.codec")
+events_mod = importlib.import_module("affinity_engine.events")
+config_mod = importlib.import_module("affinity_engine.config")
+codec_mod = importlib.import_module("affinity_engine.codec")
 
 
 def _tie_draw_negative_accepted() -> Iterator[None]:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import attrs
 
-from affinity_core import Config, LoadTable
+from affinity_engine import Config, LoadTable
 
 from .mutants_band import _ORIGINAL_BAND
 from .mutants_base import _ORIGINAL_KEEP, _margin_case, _with_margin

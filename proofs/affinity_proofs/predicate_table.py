@@ -1,9 +1,9 @@
-"""Obligation 0: every named predicate of ``affinity_core.invariants`` can say "false".
+"""Obligation 0: every named predicate of ``affinity_engine.invariants`` can say "false".
 
 Theory of operation
 -------------------
 The explicit-state checker judges every edge with the predicates of
-:mod:`affinity_core.invariants`; a predicate that has become vacuous (a deleted clause, a
+:mod:`affinity_engine.invariants`; a predicate that has become vacuous (a deleted clause, a
 ``return True``) would let every core bug it exists for through, and a control of the core
 is usually refuted by some *other* check first, so nothing notices. The second mutant audit
 (stop 12) deleted ``leases_match_loads`` outright and ``affinity verify`` still passed.
@@ -20,8 +20,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-import affinity_core.invariants as inv
-from affinity_core import (
+import affinity_engine.invariants as inv
+from affinity_engine import (
     Acquire,
     Acquired,
     Config,
@@ -32,9 +32,9 @@ from affinity_core import (
     initial_state,
     step,
 )
-from affinity_core.machine import Transition
-from affinity_core.outcomes import Rejected, RejectReason
-from affinity_core.values import evolve
+from affinity_engine.machine import Transition
+from affinity_engine.outcomes import Rejected, RejectReason
+from affinity_engine.values import evolve
 
 __all__ = ["EXHIBITS", "check_exhibits"]
 

@@ -19,15 +19,15 @@ from __future__ import annotations
 
 import importlib
 
-from affinity_core import Acquire, Acquired, Config, TieBreak, step
-from affinity_core.values import evolve
+from affinity_engine import Acquire, Acquired, Config, TieBreak, step
+from affinity_engine.values import evolve
 
 from .decision_table import CONFIGS, _states, contexts
 
 __all__ = ["check_feedback"]
 
 # the module: the package re-exports the function under the same name
-allowed_mod = importlib.import_module("affinity_core.allowed")
+allowed_mod = importlib.import_module("affinity_engine.allowed")
 
 
 def check_feedback(narrow_max: int = 3, max_failures: int = 1) -> tuple[int, list[str]]:
@@ -55,7 +55,7 @@ def check_feedback(narrow_max: int = 3, max_failures: int = 1) -> tuple[int, lis
 
 
 def _feedback(config: Config, state: object, event: Acquire) -> str | None:
-    from affinity_core import State
+    from affinity_engine import State
 
     assert isinstance(state, State)
     permitted = allowed_mod.allowed(config, state, event)

@@ -21,7 +21,7 @@ from fractions import Fraction
 
 import attrs
 
-from affinity_core import Config, DualThreshold
+from affinity_engine import Config, DualThreshold
 
 from .bfs_envs import Universe
 

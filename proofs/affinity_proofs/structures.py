@@ -37,7 +37,7 @@ import time
 
 import attrs
 
-from affinity_core import LoadTable, StickyLru
+from affinity_engine import LoadTable, StickyLru
 
 __all__ = ["LOAD_SIZES", "LRU_CAPACITIES", "StructureResult", "check_load_table",
            "check_lru", "run"]

@@ -2,7 +2,7 @@
 
 Theory of operation
 -------------------
-Z3 cannot call Python, so this module encodes the acquire rules of ``affinity_core``
+Z3 cannot call Python, so this module encodes the acquire rules of ``affinity_engine``
 symbolically over ``N`` servers in pool order. :class:`AcquireVars` holds the inputs of
 one acquire:
 

@@ -2,7 +2,7 @@
 
 Theory of operation
 -------------------
-``affinity_core.loads`` keeps, in every node of its tree, the minimum, the count at the
+``affinity_engine.loads`` keeps, in every node of its tree, the minimum, the count at the
 minimum and the maximum of the loads below it. A leaf computes them with ``min``,
 ``tuple.count`` and ``max`` over its own loads -- the definitions themselves. An internal
 node merges its children's summaries (``_summarise``):

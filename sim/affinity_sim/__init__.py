@@ -2,7 +2,7 @@
 
 One rollout step (prompts x samples multi-turn trajectories on a fleet of vLLM-like
 replicas with continuous batching and a block prefix cache) is simulated on simpy, with
-every routing decision made by the real ``affinity_core`` through the events an adapter
+every routing decision made by the real ``affinity_engine`` through the events an adapter
 sends. ``affinity simulate`` runs paired sweeps over policies and seeds; see sim/README.md
 for the model, its calibration and its limits.
 """

@@ -74,7 +74,7 @@ def _address_problem(address: str) -> str | None:
 def register(parser: argparse.ArgumentParser) -> None:
     parser.description = (
         "Discrete-event simulation of rollout generation steps, routed through the real "
-        "affinity_core. Every policy replays the same seeded trajectories; the table shows "
+        "affinity_engine. Every policy replays the same seeded trajectories; the table shows "
         "the paired median change of step time against the legacy (margin null) balancer."
     )
     parser.add_argument(

@@ -1,8 +1,8 @@
-"""Routing policies and the balancer the simulator talks to: the real ``affinity_core``.
+"""Routing policies and the balancer the simulator talks to: the real ``affinity_engine``.
 
 Theory of operation
 -------------------
-A policy is a name plus the ``affinity_core.Config`` it stands for; the simulator never
+A policy is a name plus the ``affinity_engine.Config`` it stands for; the simulator never
 decides a route itself. :class:`Balancer` holds one core ``State`` and turns the
 simulator's calls into core events, exactly as an adapter does:
 
@@ -46,7 +46,7 @@ from typing import Any
 
 import attrs
 
-from affinity_core import (
+from affinity_engine import (
     Acquire,
     Acquired,
     Config,

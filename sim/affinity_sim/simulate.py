@@ -36,7 +36,7 @@ from typing import Any
 import attrs
 import simpy
 
-from affinity_core import Path
+from affinity_engine import Path
 
 from .replica import QueueTracker, Replica, Request
 from .routing import Balancer, PolicySpec, ReuseMeter

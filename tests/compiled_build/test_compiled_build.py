@@ -1,11 +1,11 @@
-"""The compiled build of affinity_core equals the pure source (issue 16).
+"""The compiled build of affinity_engine equals the pure source (issue 16).
 
 Theory of operation
 -------------------
 One mypyc build per session (``build_support/native_build.py --out DIR``, the same
 ``build_ext`` a wheel build runs; about 30-60 s on two cores) goes into a temporary
 directory. Each check runs in a subprocess with ``PYTHONPATH=DIR`` in front, so
-``import affinity_core`` finds the built package instead of the source tree:
+``import affinity_engine`` finds the built package instead of the source tree:
 
 * the selector: ``AFFINITY_BUILD`` picks the build; ``affinity --version`` names it;
 * drift: a build whose recorded source digest differs from the source beside it is
@@ -51,7 +51,7 @@ def compiled_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
         [sys.executable, str(ROOT / "build_support" / "native_build.py"), "--out", str(out)],
         cwd=ROOT, capture_output=True, text=True, timeout=900, check=False)
     assert done.returncode == 0, done.stdout + done.stderr
-    assert sorted(p.name.split(".")[0] for p in (out / "affinity_core" / "_native").glob("*.so"))
+    assert sorted(p.name.split(".")[0] for p in (out / "affinity_engine" / "_native").glob("*.so"))
     return out
 
 
@@ -64,8 +64,8 @@ def _run(code: str, path: Path, build: str | None = None) -> subprocess.Complete
                           capture_output=True, text=True, timeout=120, check=False)
 
 
-SHOW = ("import affinity_core, affinity_core.machine as m, affinity_core._build as b; "
-        "print(affinity_core.BUILD, m.__file__.endswith('.py'), b.BUILD_INFO, sep='|')")
+SHOW = ("import affinity_engine, affinity_engine.machine as m, affinity_engine._build as b; "
+        "print(affinity_engine.BUILD, m.__file__.endswith('.py'), b.BUILD_INFO, sep='|')")
 
 
 def test_auto_and_compiled_select_the_compiled_modules(compiled_dir: Path) -> None:
@@ -90,8 +90,8 @@ def test_unknown_choice_is_refused(compiled_dir: Path) -> None:
 
 def test_a_stale_build_is_never_run(compiled_dir: Path, tmp_path: Path) -> None:
     stale = tmp_path / "stale"
-    shutil.copytree(compiled_dir / "affinity_core", stale / "affinity_core")
-    machine = stale / "affinity_core" / "machine.py"
+    shutil.copytree(compiled_dir / "affinity_engine", stale / "affinity_engine")
+    machine = stale / "affinity_engine" / "machine.py"
     machine.write_text(machine.read_text(encoding="utf-8") + "\n# edited\n", encoding="utf-8")
     done = _run(SHOW, stale, "auto")
     chosen, is_source, info = done.stdout.strip().split("|")
@@ -110,8 +110,8 @@ def test_without_a_compiler_auto_installs_the_source(tmp_path: Path) -> None:
          str(tmp_path), "--build", "auto"],
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=900, check=False)
     assert done.returncode == 0, done.stdout + done.stderr
-    assert "affinity_core build: pure (the mypyc build failed: CompileError" in done.stderr
-    assert not (tmp_path / "affinity_core" / "_native").exists()
+    assert "affinity_engine build: pure (the mypyc build failed: CompileError" in done.stderr
+    assert not (tmp_path / "affinity_engine" / "_native").exists()
     assert _run(SHOW, tmp_path).stdout.startswith("pure|True|pure (no compiled build")
     env["AFFINITY_BUILD"] = "compiled"
     done = subprocess.run(
@@ -123,8 +123,8 @@ def test_without_a_compiler_auto_installs_the_source(tmp_path: Path) -> None:
 
 def test_version_names_the_build(compiled_dir: Path) -> None:
     code = "from affinity_cli.main import version_text; print(version_text())"
-    assert "affinity_core: compiled (mypyc" in _run(code, compiled_dir).stdout
-    assert "affinity_core: pure (compiled build present" in _run(code, compiled_dir, "pure").stdout
+    assert "affinity_engine: compiled (mypyc" in _run(code, compiled_dir).stdout
+    assert "affinity_engine: pure (compiled build present" in _run(code, compiled_dir, "pure").stdout
 
 
 def test_verify_runs_the_proofs_on_the_source(compiled_dir: Path) -> None:
@@ -135,8 +135,8 @@ def test_verify_runs_the_proofs_on_the_source(compiled_dir: Path) -> None:
             "with contextlib.redirect_stdout(io.StringIO()), "
             "contextlib.suppress(SystemExit):\n"
             "    main(['verify', '--help'])\n"
-            "import affinity_core\n"
-            "print(affinity_core.BUILD, os.environ['AFFINITY_BUILD'])\n")
+            "import affinity_engine\n"
+            "print(affinity_engine.BUILD, os.environ['AFFINITY_BUILD'])\n")
     done = _run(code, compiled_dir)
     assert done.stdout.split() == ["pure", "pure"], done.stdout + done.stderr
 

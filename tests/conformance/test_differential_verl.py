@@ -9,9 +9,9 @@ null are driven by the same events. verl breaks new-placement ties with
 RecordingRandom` into the router module, so every draw is reproducible and recorded.
 The comparison is refinement:
 
-1. verl's choice must be in :func:`affinity_core.allowed` (and when verl drew, the
+1. verl's choice must be in :func:`affinity_engine.allowed` (and when verl drew, the
    candidates it drew from must be exactly the spec's tie set, in pool order);
-2. the choice is fed to the core in ``draw`` mode (:func:`affinity_core.draw_for`);
+2. the choice is fed to the core in ``draw`` mode (:func:`affinity_engine.draw_for`);
 3. after every step verl's observable state must equal the core's.
 
 What "state" means here, precisely:
@@ -59,7 +59,7 @@ from affinity_conformance.upstream import (
     load_upstream_router_module,
     upstream_version,
 )
-from affinity_core import (
+from affinity_engine import (
     NO_SERVERS_MESSAGE,
     VERL_STATUS_KEYS,
     Acquire,

@@ -1,7 +1,7 @@
 """The lockstep reads the spec's state before stepping it, never after (issue 16).
 
 A stepped state's sticky map is no longer the tip of its shared log, and the next read of
-it re-derives the whole map (affinity_core/lru.py, "a non-tip version"): O(size) per
+it re-derives the whole map (affinity_engine/lru.py, "a non-tip version"): O(size) per
 read. The lockstep runs once per event of every conformance trace, so it must take what
 it needs from the pre-state (the eviction victim, the tie draw that picks the
 implementation's server) before it steps it. This counts the re-derivations while the
@@ -20,7 +20,7 @@ import pytest
 
 from affinity_conformance.check import Checker
 from affinity_conformance.impl_loader import load_impl
-from affinity_core import BUILD, Acquire, Config, Event, Release, StickyLru
+from affinity_engine import BUILD, Acquire, Config, Event, Release, StickyLru
 
 pytestmark = pytest.mark.skipif(
     BUILD == "compiled", reason="counts calls by patching a method of the pure source")

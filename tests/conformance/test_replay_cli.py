@@ -20,7 +20,7 @@ import pytest
 
 from affinity_cli.main import main
 from affinity_conformance.log_replay import LogError, replay_file
-from affinity_core import (
+from affinity_engine import (
     Acquire,
     AddServers,
     ClearStickyCache,

@@ -11,7 +11,7 @@ from __future__ import annotations
 import pytest
 
 from affinity_conformance.trace_gen import FAMILIES, Family, SplitMix64, random_trace
-from affinity_core import initial_state, state_digest, state_from_json, state_to_json, step
+from affinity_engine import initial_state, state_digest, state_from_json, state_to_json, step
 
 
 @pytest.mark.parametrize("family", [pytest.param(f, id=f.name) for f in FAMILIES])

@@ -4,12 +4,12 @@ Theory of operation
 -------------------
 One :class:`RuleBasedStateMachine` drives three participants with the same events:
 
-* the core (:func:`affinity_core.step`), always; after every step all of
-  :func:`affinity_core.invariants.step_invariants` must hold, the history predicates
+* the core (:func:`affinity_engine.step`), always; after every step all of
+  :func:`affinity_engine.invariants.step_invariants` must hold, the history predicates
   (R-CNT-1 counters, R-CONS-2 conservation) must hold, the choice must lie in
-  :func:`affinity_core.allowed` (empty iff rejected, R-REL-1), and re-running the step on
+  :func:`affinity_engine.allowed` (empty iff rejected, R-REL-1), and re-running the step on
   the same pre-state must give the same transition (R-PURE-1);
-* the independent legacy model (:mod:`affinity_core.legacy`), whenever the configuration
+* the independent legacy model (:mod:`affinity_engine.legacy`), whenever the configuration
   is one verl has (margin and gate null, no lease accounting, ``first`` or ``draw`` ties,
   ``caller`` hashing, keyed requests, no observations): decisions and the projected state
   (pool with counts, sticky map in recency order) must equal the core's (R-LEG-1);
@@ -36,7 +36,7 @@ import attrs
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
-from affinity_core import (
+from affinity_engine import (
     Acquire,
     Acquired,
     AddServers,
@@ -57,7 +57,7 @@ from affinity_core import (
     status,
     step,
 )
-from affinity_core.invariants import (
+from affinity_engine.invariants import (
     Ledger,
     conserved,
     counters_consistent,
@@ -66,7 +66,7 @@ from affinity_core.invariants import (
     step_invariants,
     well_formed,
 )
-from affinity_core.legacy import (
+from affinity_engine.legacy import (
     LegacyModel,
     legacy_acquire,
     legacy_add,

@@ -99,7 +99,7 @@ def test_replay_detects_an_accepted_rejection() -> None:
 _REPLAY_SCRIPT = """
 import hashlib, sys
 from pathlib import Path
-from affinity_core import canonical_dumps, outcome_to_json, step
+from affinity_engine import canonical_dumps, outcome_to_json, step
 from affinity_conformance.vector_format import EventStep, load_case, vector_files
 from affinity_conformance.vector_runner import observed_fields, run_case
 root = Path(sys.argv[1])

@@ -1,4 +1,4 @@
-"""A tiny fluent driver for literal scenario tests of :func:`affinity_core.step`.
+"""A tiny fluent driver for literal scenario tests of :func:`affinity_engine.step`.
 
 Theory of operation
 -------------------
@@ -10,7 +10,7 @@ scenario reads as the event sequence it is::
 
 Every step also checks, silently, everything the core promises about *any* step:
 
-* all of :func:`affinity_core.invariants.step_invariants` hold;
+* all of :func:`affinity_engine.invariants.step_invariants` hold;
 * the history-level predicates hold: ``kept + broken`` equals the sticky hits on active
   servers (R-CNT-1) and the total load is conserved (R-CONS-2);
 * the outcome has the type that belongs to the event (R-OUT-1).
@@ -31,7 +31,7 @@ from __future__ import annotations
 from collections.abc import Collection, Sequence
 from typing import Any
 
-from affinity_core import (
+from affinity_engine import (
     Acquire,
     Acquired,
     AddServers,
@@ -58,7 +58,7 @@ from affinity_core import (
     status,
     step,
 )
-from affinity_core.invariants import Ledger, conserved, counters_consistent, step_invariants
+from affinity_engine.invariants import Ledger, conserved, counters_consistent, step_invariants
 
 __all__ = ["SERVERS", "Run", "outcome_fits_event"]
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from affinity_core import ACQUIRE_RULES, Lookup, Path, classify
+from affinity_engine import ACQUIRE_RULES, Lookup, Path, classify
 
 from .driver import Run
 

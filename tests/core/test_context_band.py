@@ -10,10 +10,10 @@ from typing import Any
 
 import pytest
 
-from affinity_core import Config, ConfigError, initial_state, step
-from affinity_core.codec import config_from_json, config_to_json, event_from_json, event_to_json
-from affinity_core.events import Acquire, EventError
-from affinity_core.policy import keep_band
+from affinity_engine import Config, ConfigError, initial_state, step
+from affinity_engine.codec import config_from_json, config_to_json, event_from_json, event_to_json
+from affinity_engine.events import Acquire, EventError
+from affinity_engine.policy import keep_band
 
 from .driver import Run
 

@@ -11,7 +11,7 @@ import zlib
 
 import pytest
 
-from affinity_core import DualThreshold
+from affinity_engine import DualThreshold
 
 from .driver import Run
 

@@ -16,7 +16,7 @@ Each shortcut added for speed is checked against what it replaces:
 * the positional builders ``acquire_event`` / ``release_event``: for every combination
   of good and bad field values, the same event as the keyword constructor, or the same
   ``EventError`` message;
-* the native value classes (``affinity_core.values``): for every one, an attrs frozen
+* the native value classes (``affinity_engine.values``): for every one, an attrs frozen
   class with the same fields is built here, and equality, hash consistency, repr,
   immutability, ``attrs.evolve`` / ``evolve`` and pickling are compared with it;
 * the leaf summary updated from the old one (``_bumped``) equals the full scan
@@ -37,9 +37,9 @@ from typing import Any
 import attrs
 import pytest
 
-import affinity_core.loads as loads_mod
-import affinity_core.machine as machine
-from affinity_core import (
+import affinity_engine.loads as loads_mod
+import affinity_engine.machine as machine
+from affinity_engine import (
     BUILD,
     Acquire,
     Acquired,
@@ -56,9 +56,9 @@ from affinity_core import (
     release_event,
     step,
 )
-from affinity_core.config import DualThreshold
-from affinity_core.policy import plan_of
-from affinity_core.values import Value, evolve
+from affinity_engine.config import DualThreshold
+from affinity_engine.policy import plan_of
+from affinity_engine.values import Value, evolve
 
 
 @pytest.mark.parametrize("n", [1, 2, 31, 32, 33, 64, 65, 1024, 1025])

@@ -11,7 +11,7 @@ from fractions import Fraction
 
 import pytest
 
-from affinity_core import Config, DualThreshold
+from affinity_engine import Config, DualThreshold
 
 from .driver import Run
 

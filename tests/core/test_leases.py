@@ -7,7 +7,7 @@ after every step.
 
 from __future__ import annotations
 
-from affinity_core import Release, step
+from affinity_engine import Release, step
 
 from .driver import Run
 

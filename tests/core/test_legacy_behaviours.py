@@ -4,14 +4,14 @@ verl's own tests run on Ray; here each one is a literal event sequence on the pu
 The behaviours that depend on tie order (marked (T) upstream) are checked exactly under
 ``tie_break="first"`` (Aug-2026 main, PR #7435) and again tie-agnostically under
 ``tie_break="draw"`` (0.9.1's random choice) with several draws, asserting membership in
-:func:`affinity_core.allowed` instead of a fixed server.
+:func:`affinity_engine.allowed` instead of a fixed server.
 """
 
 from __future__ import annotations
 
 import pytest
 
-from affinity_core import NO_SERVERS_MESSAGE, VERL_STATUS_KEYS, Rejected, RejectReason
+from affinity_engine import NO_SERVERS_MESSAGE, VERL_STATUS_KEYS, Rejected, RejectReason
 
 from .driver import Run
 

@@ -7,7 +7,7 @@ outcome that caused an eviction.
 
 from __future__ import annotations
 
-from affinity_core import Acquire, StickyCacheCleared, allowed, classify
+from affinity_engine import Acquire, StickyCacheCleared, allowed, classify
 
 from .driver import Run
 

@@ -3,7 +3,7 @@
 test_lru.py checks the recency rules through ``step``; this file drives the map itself
 through seeded random operation sequences and compares every query after every operation
 with a plain list, oldest first. It also checks what the shared-log representation
-(affinity_core/lru.py) must keep true although the public API does not show it:
+(affinity_engine/lru.py) must keep true although the public API does not show it:
 
 * persistence: every old version still answers as it did, after any later operation on
   it or on versions derived from it, including branches and concurrent threads;
@@ -23,8 +23,8 @@ from typing import Any
 
 import pytest
 
-from affinity_core import BUILD, StickyLru
-from affinity_core.values import evolve
+from affinity_engine import BUILD, StickyLru
+from affinity_engine.values import evolve
 
 Plain = list[tuple[str, str]]
 

@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 
-import affinity_core
-from affinity_core import Config, ConfigError, initial_state, step
+import affinity_engine
+from affinity_engine import Config, ConfigError, initial_state, step
 
 from .driver import Run
 
@@ -42,7 +42,7 @@ def test_02_first_pick_tie_agnostic() -> None:
     """R-REL-1, R-TIE-3: under draw every idle server is allowed and each is reachable."""
     run = Run.of(affinity_break_margin=2, tie_break="draw")
     assert run.allowed("x") == {"s0", "s1", "s2"}
-    picks = {step(run.config, run.state, affinity_core.Acquire(request_id="x", tie_draw=d))
+    picks = {step(run.config, run.state, affinity_engine.Acquire(request_id="x", tie_draw=d))
              .state.lru.peek("x") for d in range(3)}
     assert picks == {"s0", "s1", "s2"}
 
@@ -83,9 +83,9 @@ def test_06_empty_servers_rejects_acquire() -> None:
 
 def test_07_no_coroutine_api() -> None:
     """R-PURE-1: the core is synchronous: no public callable is a coroutine function."""
-    public = [getattr(affinity_core, name) for name in affinity_core.__all__]
+    public = [getattr(affinity_engine, name) for name in affinity_engine.__all__]
     assert not [f for f in public if inspect.iscoroutinefunction(f)]
-    t = step(Config(), initial_state(Config(), ["s0"]), affinity_core.Acquire(request_id="a"))
+    t = step(Config(), initial_state(Config(), ["s0"]), affinity_engine.Acquire(request_id="a"))
     assert not inspect.isawaitable(t)
 
 

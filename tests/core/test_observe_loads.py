@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from affinity_core import (
+from affinity_engine import (
     Acquire,
     Acquired,
     AddServers,
@@ -19,7 +19,7 @@ from affinity_core import (
     status,
     step,
 )
-from affinity_core.invariants import Ledger, conserved, step_invariants
+from affinity_engine.invariants import Ledger, conserved, step_invariants
 
 from .driver import Run
 

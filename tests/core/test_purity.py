@@ -1,4 +1,4 @@
-"""Static purity of affinity_core (R-PURE-1) and its documentation conventions.
+"""Static purity of affinity_engine (R-PURE-1) and its documentation conventions.
 
 Theory of operation
 -------------------
@@ -22,9 +22,9 @@ from pathlib import Path
 
 import pytest
 
-import affinity_core
+import affinity_engine
 
-PACKAGE = Path(affinity_core.__file__).parent
+PACKAGE = Path(affinity_engine.__file__).parent
 MODULES = sorted(PACKAGE.glob("*.py"))
 FORBIDDEN_MODULES = frozenset({
     "random", "time", "datetime", "os", "socket", "logging", "io", "pathlib", "subprocess",

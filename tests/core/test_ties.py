@@ -10,7 +10,7 @@ import zlib
 
 import pytest
 
-from affinity_core import stable_hash
+from affinity_engine import stable_hash
 
 from .driver import Run
 

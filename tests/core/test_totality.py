@@ -15,7 +15,7 @@ including ones that must be rejected -- are applied to the same pre-state.
   ``no_servers`` when a placement meets an empty pool (R-ACQ-5);
 * a rejected event leaves the state equal, except that an acquire may delete its own
   stale entry (R-ACQ-6);
-* an acquired server is in :func:`affinity_core.allowed` and ``allowed`` is empty iff the
+* an acquired server is in :func:`affinity_engine.allowed` and ``allowed`` is empty iff the
   acquire is rejected (R-REL-1); under ``draw`` the inverse :func:`draw_for` replays the
   same transition (R-REL-2);
 * every :func:`step_invariants` predicate holds, and along a trace the counters and the
@@ -34,7 +34,7 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from affinity_core import (
+from affinity_engine import (
     Acquire,
     Acquired,
     AddServers,
@@ -55,8 +55,8 @@ from affinity_core import (
     initial_state,
     step,
 )
-from affinity_core.invariants import Ledger, conserved, counters_consistent, step_invariants
-from affinity_core.values import evolve
+from affinity_engine.invariants import Ledger, conserved, counters_consistent, step_invariants
+from affinity_engine.values import evolve
 
 from .driver import outcome_fits_event
 

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from affinity_core import (
+from affinity_engine import (
     Acquire,
     AddServers,
     Config,

@@ -15,7 +15,7 @@ from pathlib import Path
 from affinity_verl.options import parse_options
 from affinity_vllm.options import RouterOptions
 
-from affinity_core import Config
+from affinity_engine import Config
 
 ROOT = Path(__file__).resolve().parents[2]
 MANIFEST = json.loads((ROOT / "spec" / "vectors" / "MANIFEST.json").read_text(encoding="utf-8"))

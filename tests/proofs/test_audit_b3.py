@@ -11,13 +11,13 @@ import pytest
 from affinity_proofs import input_table, predicate_table
 from affinity_proofs.mutants import by_name
 
-import affinity_core.codec as codec
-import affinity_core.invariants as inv
-from affinity_core import Config, DualThreshold, initial_state
-from affinity_core.codec import CodecError
-from affinity_core.machine import Transition
-from affinity_core.outcomes import Acquired, Path
-from affinity_core.values import evolve
+import affinity_engine.codec as codec
+import affinity_engine.invariants as inv
+from affinity_engine import Config, DualThreshold, initial_state
+from affinity_engine.codec import CodecError
+from affinity_engine.machine import Transition
+from affinity_engine.outcomes import Acquired, Path
+from affinity_engine.values import evolve
 
 
 def test_defaults_match_spec_and_see_their_control() -> None:

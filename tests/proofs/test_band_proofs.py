@@ -18,8 +18,8 @@ from affinity_proofs.verify import plan
 from affinity_proofs.z3_band_lemmas import BAND_LEMMAS, BAND_OBLIGATION
 from affinity_proofs.z3_param_lemmas import ParamLemma, param_lemma, run
 
-from affinity_core import Config, ConfigError
-from affinity_core.policy import keep_band
+from affinity_engine import Config, ConfigError
+from affinity_engine.policy import keep_band
 
 SMALL = scope_named("small").bfs_runs
 BAND_RUNS = [r for r in SMALL if r.config.affinity_break_tokens is not None]

@@ -10,8 +10,8 @@ from affinity_proofs.bfs_envs import FreeEnv, Universe
 from affinity_proofs.bfs_tasks import run_spec, symmetry_sound
 from affinity_proofs.scopes import BfsRun, scope_named
 
-from affinity_core import Acquire, AddServers, Config, initial_state, step
-from affinity_core.values import evolve
+from affinity_engine import Acquire, AddServers, Config, initial_state, step
+from affinity_engine.values import evolve
 
 U2 = Universe(("s0", "s1"), ("s0", "s1"), ("a", "b"), unkeyed=False)
 

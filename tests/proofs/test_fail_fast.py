@@ -26,9 +26,9 @@ from affinity_proofs.mutants import patched
 from affinity_proofs.report import MutantVerdict, Row, obligation_passed
 from affinity_proofs.scopes import scope_named
 
-from affinity_core import Config, Release, initial_state
-from affinity_core.machine import TRANSITIONS
-from affinity_core.values import evolve
+from affinity_engine import Config, Release, initial_state
+from affinity_engine.machine import TRANSITIONS
+from affinity_engine.values import evolve
 
 U2 = Universe(("s0", "s1"), ("s0", "s1"), ("a", "b"), unkeyed=True)
 CONFIG = Config(affinity_break_margin=1, max_cache_size=2)

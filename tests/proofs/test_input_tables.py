@@ -8,8 +8,8 @@ from affinity_proofs import input_table
 from affinity_proofs.jobs_tables import input_rows
 from affinity_proofs.mutants import by_name
 
-from affinity_core import Acquire, Config
-from affinity_core.codec import event_from_json, event_to_json
+from affinity_engine import Acquire, Config
+from affinity_engine.codec import event_from_json, event_to_json
 
 
 def test_event_table_is_exact_and_sees_its_control() -> None:
@@ -76,7 +76,7 @@ def test_every_predicate_has_a_violation_exhibit() -> None:
     leases_match_loads (the audit's survivor) is seen."""
     from affinity_proofs import predicate_table
 
-    import affinity_core.invariants as inv
+    import affinity_engine.invariants as inv
 
     assert predicate_table.check_exhibits()[1] == []
     judged = {name for name, _, expected, _ in predicate_table.EXHIBITS if expected is False}

@@ -10,7 +10,7 @@ from affinity_proofs.mutants import MUTANTS, by_name
 from affinity_proofs.scopes import scope_named
 from affinity_proofs.verify import BFS_OBLIGATIONS
 
-from affinity_core import Acquire, Acquired, Config, Path, initial_state, step
+from affinity_engine import Acquire, Acquired, Config, Path, initial_state, step
 
 SMALL = scope_named("small")
 BFS_PAIRS = [(m.name, ob) for m in MUTANTS for ob in m.obligations if ob in BFS_OBLIGATIONS]

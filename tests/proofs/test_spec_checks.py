@@ -9,7 +9,7 @@ from affinity_proofs.bfs_tasks import run_mutant, run_spec
 from affinity_proofs.mutants import by_name
 from affinity_proofs.scopes import scope_named
 
-from affinity_core import Config, ConfigError, DualThreshold
+from affinity_engine import Config, ConfigError, DualThreshold
 
 SMALL = scope_named("small").bfs_runs
 

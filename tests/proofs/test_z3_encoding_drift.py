@@ -3,8 +3,8 @@
 Hypothesis draws concrete acquires -- loads, sticky situation (miss, hit, pin on a removed
 server), margin or PR #6533 gate, full_determinism with a hash index, tie draw -- and
 :func:`affinity_proofs.conformance.check_point` evaluates the functional, relational and
-legacy Z3 terms on them (``substitute`` + ``simplify``) against ``affinity_core.step`` and
-``affinity_core.legacy.legacy_acquire``.
+legacy Z3 terms on them (``substitute`` + ``simplify``) against ``affinity_engine.step`` and
+``affinity_engine.legacy.legacy_acquire``.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from affinity_proofs.mutants import by_name
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from affinity_core import DualThreshold
+from affinity_engine import DualThreshold
 
 ENCODINGS = conformance._Encodings()  # built once: the terms are the expensive part
 

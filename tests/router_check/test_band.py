@@ -27,7 +27,7 @@ from affinity_conformance.router_check.harness import request_body
 from affinity_conformance.router_check.presets import expand
 from affinity_conformance.router_check.trace import TraceShape, describe, generate
 from affinity_conformance.vector_format import EventStep, load_case
-from affinity_core import Acquire, Config, Release, State, draw_for, initial_state, step
+from affinity_engine import Acquire, Config, Release, State, draw_for, initial_state, step
 
 COMMON = ["--budget", "2", "--length", "16", "--shrink-runs", "12", "--max-failures", "1",
           "--json"]

@@ -18,7 +18,7 @@ import pytest
 
 import affinity_runtime.decision_log as decision_log_module
 from affinity_conformance.log_replay import replay_files
-from affinity_core import Acquire, Config, Release, State, initial_state, step
+from affinity_engine import Acquire, Config, Release, State, initial_state, step
 from affinity_runtime import path_lock
 from affinity_runtime.decision_log import DecisionLogLocked, DecisionLogWriter
 

@@ -27,8 +27,8 @@ from affinity_sim.routing import Balancer, PolicyError, parse_policy
 from affinity_sim.simulate import simulate_step
 from affinity_sim.workload import plan_step
 
-from affinity_core import Config, step
-from affinity_core import Path as CorePath
+from affinity_engine import Config, step
+from affinity_engine import Path as CorePath
 
 from .test_sim_replica import model
 from .test_sim_routing import tiny_workload

@@ -14,7 +14,7 @@ import pytest
 from affinity_sim.routing import PolicyError, ReuseMeter, parse_policy
 from affinity_sim.simulate import simulate_step
 
-from affinity_core import step
+from affinity_engine import step
 
 from .test_sim_routing import tiny_workload
 

@@ -1,4 +1,4 @@
-"""Routing goes through the real affinity_core; policies map to core configs."""
+"""Routing goes through the real affinity_engine; policies map to core configs."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from affinity_sim.routing import Balancer, PolicyError, parse_policies, parse_po
 from affinity_sim.simulate import simulate_step
 from affinity_sim.workload import Workload, plan_step
 
-from affinity_core import Config, DualThreshold, Path, TieBreak, step
+from affinity_engine import Config, DualThreshold, Path, TieBreak, step
 
 from .test_sim_replica import model
 

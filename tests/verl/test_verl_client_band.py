@@ -31,7 +31,7 @@ from affinity_verl.testing.replicas import FakeReplica, Served
 from affinity_verl.testing.verl_client import VerlClientWorker
 
 from affinity_conformance.upstream import load_upstream_router_module, upstream_package_dir
-from affinity_core import Acquire
+from affinity_engine import Acquire
 
 REPLICAS = ("r0", "r1", "r2")
 LONG, SHORT, HOG = 2500, 10, 5000  # prompt lengths in tokens

@@ -23,7 +23,7 @@ from affinity_verl import (
 )
 from affinity_verl.testing.replay import replay_decision_log
 
-from affinity_core import Acquire, Config
+from affinity_engine import Acquire, Config
 
 SERVERS = dict.fromkeys(["s0", "s1", "s2"])
 # margin 0, one more request of band per 1000 prompt tokens, at most 3.

@@ -23,7 +23,7 @@ from affinity_verl.testing.driving import call
 from affinity_verl.testing.replay import replay_decision_log
 
 from affinity_conformance.decision_log import LogError, read_log
-from affinity_core import Acquire, ClearStickyCache, RemoveServers
+from affinity_engine import Acquire, ClearStickyCache, RemoveServers
 from affinity_runtime.decision_log import DecisionLogLocked
 
 SERVERS = dict.fromkeys(["s0", "s1", "s2"])

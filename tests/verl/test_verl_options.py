@@ -21,7 +21,7 @@ from affinity_verl import (
 )
 
 from affinity_conformance.upstream import load_upstream_router_module
-from affinity_core import Config, ConfigError, DualThreshold, HashMode, TieBreak
+from affinity_engine import Config, ConfigError, DualThreshold, HashMode, TieBreak
 
 SERVERS = dict.fromkeys(["s0", "s1"])
 

@@ -2,7 +2,7 @@
 
 The log (``affinity_conformance.decision_log``) has one header per file with the config
 and full state, then one line per applied event with its outcome and the digest of the
-state after it. Replaying means re-running ``affinity_core.step`` from the header and
+state after it. Replaying means re-running ``affinity_engine.step`` from the header and
 comparing every outcome and digest, in the canonical encoding of R-CODEC-1 (the
 decision-log half of R-CONF-1). When the ``affinity replay`` command exists it runs too.
 """
@@ -19,7 +19,7 @@ import pytest
 
 from affinity_cli.main import SUBCOMMANDS
 from affinity_conformance.decision_log import read_log
-from affinity_core import (
+from affinity_engine import (
     config_from_json,
     event_from_json,
     outcome_to_json,

@@ -22,7 +22,7 @@ from affinity_vllm.health import (
 )
 from affinity_vllm.routing import Lease, RoutingTable
 
-from affinity_core import Config
+from affinity_engine import Config
 
 from .fleet import assert_replays, fleet, run, settle, wait_until
 

@@ -6,7 +6,7 @@ import asyncio
 
 from affinity_vllm.metrics import Registry, parse_samples, sum_samples
 
-from affinity_core import VERL_STATUS_KEYS
+from affinity_engine import VERL_STATUS_KEYS
 
 from .fleet import fleet, run, wait_until
 

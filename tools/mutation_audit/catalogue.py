@@ -1,4 +1,4 @@
-"""An independent mutant set of ``affinity_core``: realistic one-line bugs, as source edits.
+"""An independent mutant set of ``affinity_engine``: realistic one-line bugs, as source edits.
 
 Theory of operation
 -------------------
@@ -6,7 +6,7 @@ Theory of operation
 refutes in every run; a checker tuned to its own controls can still miss everything else.
 This catalogue is written separately, from spec/SPEC.md and the core's source, and is
 never imported by the proof suite. Each :class:`SourceMutant` replaces one exact snippet
-(it must occur exactly once) of one file under ``affinity_core/`` -- the kind of slip a
+(it must occur exactly once) of one file under ``affinity_engine/`` -- the kind of slip a
 person makes while writing or refactoring that line: a comparison off by one, a swapped
 operand, a forgotten guard, the wrong field. :mod:`tools.mutation_audit.run` applies each
 one to a scratch copy of the repository and runs ``affinity verify`` alone against it.

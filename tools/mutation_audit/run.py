@@ -5,7 +5,7 @@ Theory of operation
 The live work tree is never edited. The committed tree (``git archive HEAD``, or the
 work tree with ``--worktree``) is unpacked into a scratch directory once; for each
 mutant the one file it names is rewritten there, ``affinity verify --scope S`` runs with
-the scratch directory first on ``PYTHONPATH`` (its ``affinity_core`` and
+the scratch directory first on ``PYTHONPATH`` (its ``affinity_engine`` and
 ``affinity_proofs`` shadow the editable install; spawned workers, CrossHair and the
 determinism subprocesses inherit the variable), and the file is restored. The mutant is
 *killed* when verify fails because of it; it *survives* otherwise. An unmutated run

@@ -1,4 +1,4 @@
-"""The record of one audit mutant: an exact source edit of one file of ``affinity_core``.
+"""The record of one audit mutant: an exact source edit of one file of ``affinity_engine``.
 
 Kept apart from the catalogues so that each catalogue module (``catalogue.py``, the
 third set's ``catalogue_b3.py``) can import it without importing the other.
@@ -23,5 +23,5 @@ class SourceMutant:
 
 def mutant(id: str, path: str, old: str, new: str, description: str,
            equivalent: str | None = None) -> SourceMutant:
-    """A mutant of ``affinity_core/<path>``: ``old`` (which must occur exactly once) -> ``new``."""
-    return SourceMutant(id, f"affinity_core/{path}", old, new, description, equivalent)
+    """A mutant of ``affinity_engine/<path>``: ``old`` (which must occur exactly once) -> ``new``."""
+    return SourceMutant(id, f"affinity_engine/{path}", old, new, description, equivalent)

@@ -31,7 +31,7 @@ def render(summary: dict[str, Any]) -> str:
              "| mutant | file | one-line bug | verdict | first failing row | s |",
              "|---|---|---|---|---|---|"]
     for r in summary["results"]:
-        lines.append(f"| `{r['id']}` | {r['path'].removeprefix('affinity_core/')} | "
+        lines.append(f"| `{r['id']}` | {r['path'].removeprefix('affinity_engine/')} | "
                      f"{r['description']} | {r['verdict']} | {_killer(r)} | {r['seconds']} |")
     return "\n".join(lines)
 

@@ -19,7 +19,7 @@ from collections.abc import Sequence
 import attrs
 
 from affinity_conformance.log_replay import FileResult, Observer, replay_files
-from affinity_core import Config, Event, Outcome, State
+from affinity_engine import Config, Event, Outcome, State
 
 __all__ = ["Observer", "ReplayReport", "replay_decision_log"]
 

@@ -2,7 +2,7 @@
 
 Theory of operation
 -------------------
-Three pure functions decide every acquire; :mod:`affinity_core.machine` only sequences
+Three pure functions decide every acquire; :mod:`affinity_engine.machine` only sequences
 them. Loads are read *before* the acquiring request is counted (R-KEEP-2).
 
 ``keep_pin`` (R-KEEP-1, R-GATE-1): on a sticky hit whose server is active,

@@ -1,4 +1,4 @@
-"""affinity_core: the pure, typed, sans-IO definition of load-aware sticky routing.
+"""affinity_engine: the pure, typed, sans-IO definition of load-aware sticky routing.
 
 ``step(config, state, event)`` is the whole routing semantics of verl's
 ``GlobalRequestLoadBalancer`` with PR #7435's ``affinity_break_margin`` (and PR #6533's

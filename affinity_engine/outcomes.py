@@ -1,4 +1,4 @@
-"""Outcomes: what one :func:`~affinity_core.machine.step` decided.
+"""Outcomes: what one :func:`~affinity_engine.machine.step` decided.
 
 Theory of operation
 -------------------

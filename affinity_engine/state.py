@@ -5,9 +5,9 @@ Theory of operation
 The state is the legacy balancer's state made explicit (R-ST-1):
 
 * ``pool``: the active servers in pool order with their in-flight counts
-  (:class:`~affinity_core.loads.LoadTable`). A server is active iff it is in the pool.
+  (:class:`~affinity_engine.loads.LoadTable`). A server is active iff it is in the pool.
 * ``lru``: the sticky map ``request_id -> server_id`` with its recency order
-  (:class:`~affinity_core.lru.StickyLru`). Entries may point at removed servers; they are
+  (:class:`~affinity_engine.lru.StickyLru`). Entries may point at removed servers; they are
   invalidated lazily, on lookup (R-ACQ-3).
 * ``affinity_kept`` / ``affinity_broken``: monotonic counters (R-CNT-1).
 * ``sorted_servers``: the pool sorted by id, kept for the ``stable`` hash mode; it is a

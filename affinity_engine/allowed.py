@@ -4,7 +4,7 @@ Theory of operation
 -------------------
 ``allowed(config, state, event)`` is the set of servers a conforming implementation may
 return for an acquire (R-REL-1). It abstracts from the tie-break: wherever the reference
-:func:`~affinity_core.machine.step` picks one of several least-loaded servers, every one
+:func:`~affinity_engine.machine.step` picks one of several least-loaded servers, every one
 of them is allowed. Everywhere else the set is a singleton equal to the reference choice:
 
 * kept sticky hit: ``{pin}``;

@@ -13,7 +13,7 @@ the package is imported:
 * otherwise ``_native.activate`` reads ``AFFINITY_BUILD`` (``auto``, ``pure`` or
   ``compiled``), compares its manifest with the sources here, and -- when it is wanted
   and current -- puts its directory in front of the package ``__path__``, so that every
-  ``import affinity_core.<module>`` finds the compiled module. It returns the build it
+  ``import affinity_engine.<module>`` finds the compiled module. It returns the build it
   chose. A stale compiled build (a source changed after compiling) is refused: ``auto``
   falls back to the source, ``compiled`` raises ImportError naming the modules.
 

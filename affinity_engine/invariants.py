@@ -13,7 +13,7 @@ State-level: :func:`well_formed`. Step-level, on ``(config, pre, event, transiti
 :func:`acquire_effect`, :func:`counters_monotonic`, :func:`rejection_preserves_state`,
 :func:`break_moves`, :func:`no_starvation`. History-level: :class:`Ledger` with
 :func:`counters_consistent` and :func:`conserved`. Projection: :func:`project`,
-comparing the core with :class:`~affinity_core.legacy.LegacyModel`.
+comparing the core with :class:`~affinity_engine.legacy.LegacyModel`.
 """
 
 from __future__ import annotations

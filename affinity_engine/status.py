@@ -7,7 +7,7 @@ Theory of operation
 #7435's ``affinity_break_margin``, ``affinity_kept`` and ``affinity_broken``; and
 Affinity's own ``policy``, ``tie_break``, ``hash_mode``, ``full_determinism``,
 ``sticky_entries`` and, with lease accounting, ``unknown_leases`` and ``stale_leases``;
-``external_loads`` when an :class:`~affinity_core.events.ObserveLoads` set any. The
+``external_loads`` when an :class:`~affinity_engine.events.ObserveLoads` set any. The
 ``servers`` counts are the router's own in-flight counts, as in verl.
 """
 

@@ -1,4 +1,4 @@
-"""Events: the inputs of :func:`affinity_core.machine.step`.
+"""Events: the inputs of :func:`affinity_engine.machine.step`.
 
 Theory of operation
 -------------------
@@ -18,8 +18,8 @@ An event is one call on verl's balancer API, as an immutable value (R-EV-1):
   ``num_requests_running + num_requests_waiting``): the observed outstanding requests
   per server. It lets an HTTP router see load it did not send (R-OBS-1).
 
-Configuration is the remaining event: :func:`affinity_core.state.initial_state` builds
-the first state from a :class:`~affinity_core.config.Config` and a server list.
+Configuration is the remaining event: :func:`affinity_engine.state.initial_state` builds
+the first state from a :class:`~affinity_engine.config.Config` and a server list.
 
 Field validation happens at construction (R-EV-2): an event that exists is well formed,
 so the machine only has to reject events that do not fit the configuration or state.

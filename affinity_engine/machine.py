@@ -14,7 +14,7 @@ An acquire, in order (R-ACQ-1..8):
 
 1. Validate the event against the configuration (reject before touching anything).
 2. Classify the sticky lookup: unkeyed, miss, hit on an active server (kept or broken
-   by :func:`~affinity_core.policy.keep_pin`), or hit on a removed server. A hit is a
+   by :func:`~affinity_engine.policy.keep_pin`), or hit on a removed server. A hit is a
    lookup and refreshes recency; a removed-server hit deletes the entry.
 3. If a placement is needed and the pool is empty: reject with ``no_servers``.
 4. Choose the server (:data:`ACQUIRE_RULES` says how), write the sticky entry when the
@@ -380,5 +380,5 @@ def step(config: Config, state: State, event: Event) -> Transition:
     if handler is _RELEASE_HANDLER and isinstance(event, Release):
         return _release(config, state, event)
     if handler is None:
-        raise TypeError(f"not an affinity_core event: {event!r}")
+        raise TypeError(f"not an affinity_engine event: {event!r}")
     return handler(config, state, event)
