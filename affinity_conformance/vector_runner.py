@@ -40,7 +40,7 @@ from affinity_engine import (
     status,
     step,
 )
-from affinity_engine.events import Acquire
+from affinity_core.events import Acquire
 from affinity_engine.invariants import rejection_preserves_state
 
 from .vector_format import Case, CheckStep, EventStep

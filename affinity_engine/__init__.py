@@ -13,6 +13,42 @@ variable ``AFFINITY_BUILD=auto|pure|compiled``) and refuses to when its recorded
 digests differ from the source here, so the two cannot drift.
 """
 
+from affinity_core.config import (
+    DEFAULT_MAX_CACHE_SIZE,
+    Config,
+    ConfigError,
+    DualThreshold,
+    HashMode,
+    TieBreak,
+    validate_margin,
+)
+from affinity_core.events import (
+    Acquire,
+    AddServers,
+    ClearStickyCache,
+    Event,
+    EventError,
+    ObserveLoads,
+    Release,
+    RemoveServers,
+    acquire_event,
+    release_event,
+)
+from affinity_core.hashing import stable_hash
+from affinity_core.outcomes import (
+    NO_SERVERS_MESSAGE,
+    Acquired,
+    LoadsObserved,
+    Outcome,
+    Path,
+    PoolChanged,
+    Rejected,
+    RejectReason,
+    Released,
+    ReleaseResult,
+    StickyCacheCleared,
+)
+
 from ._build import BUILD
 from .allowed import allowed, draw_for
 from .codec import (
@@ -27,45 +63,10 @@ from .codec import (
     state_from_json,
     state_to_json,
 )
-from .config import (
-    DEFAULT_MAX_CACHE_SIZE,
-    Config,
-    ConfigError,
-    DualThreshold,
-    HashMode,
-    TieBreak,
-    validate_margin,
-)
-from .events import (
-    Acquire,
-    AddServers,
-    ClearStickyCache,
-    Event,
-    EventError,
-    ObserveLoads,
-    Release,
-    RemoveServers,
-    acquire_event,
-    release_event,
-)
-from .hashing import stable_hash
 from .leases import LeaseBook
 from .loads import LoadTable
 from .lru import StickyLru
 from .machine import ACQUIRE_RULES, TRANSITIONS, Lookup, Transition, classify, step
-from .outcomes import (
-    NO_SERVERS_MESSAGE,
-    Acquired,
-    LoadsObserved,
-    Outcome,
-    Path,
-    PoolChanged,
-    Rejected,
-    RejectReason,
-    Released,
-    ReleaseResult,
-    StickyCacheCleared,
-)
 from .state import State, initial_state
 from .status import VERL_STATUS_KEYS, status
 

@@ -20,8 +20,9 @@ differential tests use it to feed an implementation's random choice back into th
 
 from __future__ import annotations
 
-from .config import Config, TieBreak
-from .events import Acquire
+from affinity_core.config import Config, TieBreak
+from affinity_core.events import Acquire
+
 from .machine import Lookup, _config_rejection, classify
 from .policy import deterministic_server
 from .state import State

@@ -20,11 +20,12 @@ from __future__ import annotations
 
 import attrs
 
-from .config import Config
-from .events import Acquire, Event, Release
+from affinity_core.config import Config
+from affinity_core.events import Acquire, Event, Release
+from affinity_core.outcomes import Acquired, Path, Rejected, Released, ReleaseResult
+
 from .legacy import LegacyModel
 from .machine import Transition
-from .outcomes import Acquired, Path, Rejected, Released, ReleaseResult
 from .policy import keep_band
 from .state import State
 from .values import evolve

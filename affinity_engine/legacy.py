@@ -24,7 +24,14 @@ from typing import Literal
 
 import attrs
 
-from .events import Acquire, AddServers, ClearStickyCache, Event, Release, RemoveServers
+from affinity_core.events import (
+    Acquire,
+    AddServers,
+    ClearStickyCache,
+    Event,
+    Release,
+    RemoveServers,
+)
 
 __all__ = ["LegacyModel", "LegacyResult", "legacy_acquire", "legacy_add", "legacy_clear",
            "legacy_release", "legacy_remove", "legacy_step"]

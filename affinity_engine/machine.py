@@ -30,8 +30,8 @@ from typing import Any, Final, final
 
 from immutables import Map
 
-from .config import Config, HashMode
-from .events import (
+from affinity_core.config import Config, HashMode
+from affinity_core.events import (
     Acquire,
     AddServers,
     ClearStickyCache,
@@ -40,10 +40,7 @@ from .events import (
     Release,
     RemoveServers,
 )
-from .leases import LeaseBook
-from .loads import LoadTable
-from .lru import StickyLru
-from .outcomes import (
+from affinity_core.outcomes import (
     NO_SERVERS_MESSAGE,
     Acquired,
     LoadsObserved,
@@ -56,6 +53,10 @@ from .outcomes import (
     ReleaseResult,
     StickyCacheCleared,
 )
+
+from .leases import LeaseBook
+from .loads import LoadTable
+from .lru import StickyLru
 from .policy import deterministic_server, keep_pin, least_loaded, plan_of
 from .state import State
 from .values import Value, register

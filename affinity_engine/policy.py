@@ -40,9 +40,10 @@ from __future__ import annotations
 
 from typing import Final, final
 
-from .config import Config, DualThreshold, HashMode, TieBreak
-from .events import Acquire
-from .hashing import stable_hash
+from affinity_core.config import Config, DualThreshold, HashMode, TieBreak
+from affinity_core.events import Acquire
+from affinity_core.hashing import stable_hash
+
 from .loads import LoadTable
 
 __all__ = ["Plan", "deterministic_server", "keep_band", "keep_pin", "least_loaded", "plan_of",

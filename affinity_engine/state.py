@@ -29,8 +29,9 @@ from typing import final
 
 from immutables import Map
 
-from .config import Config, ConfigError
-from .events import is_valid_id
+from affinity_core.config import Config, ConfigError
+from affinity_core.events import is_valid_id
+
 from .leases import LeaseBook
 from .loads import LoadTable
 from .lru import StickyLru

@@ -15,7 +15,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from .config import Config
+from affinity_core.config import Config
+
 from .state import State
 
 __all__ = ["VERL_STATUS_KEYS", "status"]

@@ -30,6 +30,7 @@ from typing import Any, cast
 
 import attrs
 
+from affinity_core.machine import step as reference_step
 from affinity_engine import (
     VERL_STATUS_KEYS,
     Acquire,
@@ -49,6 +50,7 @@ from affinity_engine import (
     step,
 )
 from affinity_engine import invariants as inv
+from affinity_engine.abstraction import to_reference
 from affinity_engine.legacy import LegacyModel, legacy_step
 from affinity_engine.machine import Lookup
 from affinity_engine.values import evolve
@@ -325,6 +327,26 @@ def _always(c: Config) -> bool:
 _ACQUIRE = (Acquire,)
 
 
+_LAST_PRE: list[Any] = [None, None]  # the last pre-state and its abstraction
+
+
+def _refines(edge: Edge) -> str | None:
+    """Obligation 21 on every edge: the reference, stepped from the abstraction of the
+    engine's pre-state, yields the same outcome and the abstraction of the engine's
+    successor (refinement.py states the relation)."""
+    if edge.transition is None:
+        return None  # a crash of step is obligation 11's
+    if _LAST_PRE[0] is not edge.pre:  # the edges of one pre-state come one after another
+        _LAST_PRE[:] = [edge.pre, to_reference(edge.pre)]
+    reference = reference_step(edge.config, _LAST_PRE[1], edge.event)
+    if reference.outcome != edge.transition.outcome:
+        return f"engine {edge.transition.outcome!r}, reference {reference.outcome!r}"
+    if to_reference(edge.transition.state) != reference.state:
+        return (f"engine successor {to_reference(edge.transition.state)!r}, reference "
+                f"{reference.state!r}")
+    return None
+
+
 CHECKS: tuple[Check, ...] = (
     Check("legacy_lockstep", 1, lockstep_applies, _lockstep),
     Check("decision_independence", 2, lambda c: c.full_determinism, _determinism,
@@ -350,6 +372,7 @@ CHECKS: tuple[Check, ...] = (
     Check("leases_match_loads", 14, lambda c: c.lease_accounting, _leases, per_state=True),
     *SPEC_CHECKS,  # obligations 15-18: outcomes, status, lease counters, determinism inputs
     *BAND_CHECKS,  # obligation 20 and R-BAND-3 (bfs_band_checks.py)
+    Check("engine_refines_reference", 21, _always, _refines),
 )
 
 

@@ -37,6 +37,7 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
+from affinity_core.outcomes import NO_SERVERS_MESSAGE
 from affinity_engine import (
     Acquire,
     Acquired,
@@ -56,7 +57,6 @@ from affinity_engine import (
     State,
     StickyCacheCleared,
 )
-from affinity_engine.outcomes import NO_SERVERS_MESSAGE
 
 from .bfs import Check, Edge
 from .bfs_spec_plain import (

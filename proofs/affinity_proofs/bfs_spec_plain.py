@@ -22,7 +22,7 @@ __all__ = ["plain_crc32"]
 
 
 def plain_crc32(text: str) -> int:
-    """R-HASH-1: CRC-32/ISO-HDLC of the UTF-8 bytes (binascii, not affinity_engine.hashing)."""
+    """R-HASH-1: CRC-32/ISO-HDLC of the UTF-8 bytes (binascii, not affinity_core.hashing)."""
     return binascii.crc32(text.encode("utf-8")) & 0xFFFFFFFF
 
 

@@ -35,6 +35,7 @@ from typing import Any
 import attrs
 
 import affinity_engine.codec as codec
+from affinity_core.events import ClearStickyCache, Event
 from affinity_engine import (
     Acquire,
     AddServers,
@@ -47,7 +48,6 @@ from affinity_engine import (
     step,
 )
 from affinity_engine.codec import CodecError
-from affinity_engine.events import ClearStickyCache, Event
 
 __all__ = ["EVENT_CASES", "EventCase", "check_codec", "check_defaults", "check_derived",
            "check_events"]
@@ -322,7 +322,7 @@ def check_defaults() -> tuple[int, list[str]]:
     configuration."""
     from fractions import Fraction
 
-    import affinity_engine.config as config_mod
+    import affinity_core.config as config_mod
 
     want: dict[str, Any] = {
         "affinity_break_margin": None, "dual_threshold": None, "max_cache_size": 10000,

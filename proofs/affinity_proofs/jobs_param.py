@@ -121,6 +121,33 @@ _STRUCTURE_ROWS = {  # structure -> (obligation, requirement ids, sizes)
 }
 
 
+def refinement_job(scope: Scope) -> list[Row]:
+    """Obligation 21 beyond the small world: wide traces, old states and every vector,
+    with the engine mutants refuted by the same comparison."""
+    import affinity_engine
+
+    from .refinement import ENGINE_MUTANTS, refinement_run
+
+    start = time.perf_counter()
+    steps = scope.refinement_steps
+    result = refinement_run(21, steps)
+    verdicts = []
+    for mutant in ENGINE_MUTANTS:
+        with mutant.patch():
+            r = refinement_run(21, steps)
+        verdicts.append(MutantVerdict(mutant.name, mutant.description, r.failure is not None,
+                                      r.failure or f"no disagreement in {r.steps} steps"))
+    detail = result.failure or (
+        f"affinity_engine ({affinity_engine.BUILD} build) == affinity_core on "
+        f"{result.steps} steps of {result.traces} traces: outcome, abstracted state, status "
+        "and allowed set at every step")
+    return [Row(21, "engine vs reference (wide traces, vectors, old states)",
+                f"N 1..2000, caches 1..1025, every vector, {steps} steps per small trace",
+                result.failure is None, time.perf_counter() - start, tuple(verdicts), detail,
+                ("R-REF-1",), {"steps": result.steps, "traces": result.traces,
+                               "package": "affinity_engine", "build": affinity_engine.BUILD})]
+
+
 def structure_job(structure: str, scope: Scope) -> list[Row]:
     start = time.perf_counter()
     ops = scope.structure_operations

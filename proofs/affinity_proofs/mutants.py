@@ -35,6 +35,7 @@ from typing import Any
 
 import affinity_engine.machine as machine
 import affinity_engine.policy as policy
+from affinity_core.outcomes import Rejected, RejectReason, Released
 from affinity_engine import (
     Acquire,
     Acquired,
@@ -48,7 +49,6 @@ from affinity_engine import (
     StickyLru,
 )
 from affinity_engine.machine import ACQUIRE_RULES, TRANSITIONS, Lookup, Transition
-from affinity_engine.outcomes import Rejected, RejectReason, Released
 from affinity_engine.state import State
 from affinity_engine.values import evolve
 
@@ -202,7 +202,7 @@ def _evicted_not_reported(config: Config, state: State, event: Acquire,
 
 
 status_mod = importlib.import_module("affinity_engine.status")
-config_mod = importlib.import_module("affinity_engine.config")
+config_mod = importlib.import_module("affinity_core.config")
 
 
 def _status_total_counts_external() -> Iterator[None]:

@@ -36,7 +36,7 @@ from .mutants_base import _ORIGINAL_KEEP, Mutant, Patch, _keep_patch, patched
 __all__ = ["BAND_MUTANTS", "BAND_WIDE_MUTANTS", "_ORIGINAL_BAND"]
 
 _ORIGINAL_BAND = policy.keep_band
-config_mod = importlib.import_module("affinity_engine.config")
+config_mod = importlib.import_module("affinity_core.config")
 
 Width = Callable[[int, int, int, int], int]  # (m, T, cap, c) -> the band's width
 

@@ -29,9 +29,9 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+from affinity_core.outcomes import Rejected, RejectReason
 from affinity_engine import Acquire, Config, LeaseBook
 from affinity_engine.machine import Transition
-from affinity_engine.outcomes import Rejected, RejectReason
 from affinity_engine.state import State
 from affinity_engine.values import evolve
 

@@ -32,16 +32,19 @@ from .mutants_base import Mutant, patched
 
 __all__ = ["INPUT_MUTANTS"]
 
-events_mod = importlib.import_module("affinity_engine.events")
-config_mod = importlib.import_module("affinity_engine.config")
+events_mod = importlib.import_module("affinity_core.events")
+config_mod = importlib.import_module("affinity_core.config")
 codec_mod = importlib.import_module("affinity_engine.codec")
 
 
 def _tie_draw_negative_accepted() -> Iterator[None]:
-    def lenient(name: str, value: object) -> None:
+    def lenient(instance: object, field: object, value: object) -> None:
         return None
 
-    with patched(events_mod, "_non_negative_int", lenient):
+    # attrs' generated __init__ reads each field's validator from its own globals at call
+    # time, so the reference's validator is replaced where Acquire calls it.
+    validators = events_mod.Acquire.__init__.__globals__
+    with patched(validators, "__attr_validator_tie_draw", lenient):
         yield
 
 

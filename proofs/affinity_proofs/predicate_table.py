@@ -21,6 +21,7 @@ from collections.abc import Callable
 from typing import Any
 
 import affinity_engine.invariants as inv
+from affinity_core.outcomes import Rejected, RejectReason
 from affinity_engine import (
     Acquire,
     Acquired,
@@ -33,7 +34,6 @@ from affinity_engine import (
     step,
 )
 from affinity_engine.machine import Transition
-from affinity_engine.outcomes import Rejected, RejectReason
 from affinity_engine.values import evolve
 
 __all__ = ["EXHIBITS", "check_exhibits"]

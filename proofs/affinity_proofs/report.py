@@ -68,6 +68,7 @@ OBLIGATIONS: tuple[Obligation, ...] = (
                                                 "R-CFG-5", "R-CFG-6", "R-POL-1")),
     Obligation(20, "The context band: exact, capped, monotone, selective, inert when off",
                ("R-BAND-1", "R-BAND-2", "R-BAND-3", "R-BAND-4", "R-BAND-5")),
+    Obligation(21, "The engine refines the reference", ("R-REF-1",)),
 )
 _BY_NUMBER = {o.number: o for o in OBLIGATIONS}
 

@@ -77,6 +77,9 @@ class Scope:
     # conformance sweep, and operations per size of the data-structure checks.
     wide_conformance_points: int = 250
     structure_operations: int = 400
+    # Obligation 21's wide traces: events per trace on pools of up to 64 servers (an
+    # eighth of it on the large pools; refinement.py).
+    refinement_steps: int = 300
 
 
 def _u(n: int, keys: str, unkeyed: bool = True) -> Universe:

@@ -96,6 +96,8 @@ def plan(scope: Scope, write_counterexamples: Path | None = None,
             for s, o in (("load_table", 1), ("sticky_lru", 10))]
     out.append(Job("Z3 load table merge", jobs_param.merge_job, (), weight=2, obligation=1,
                    serves=frozenset({1})))
+    out.append(Job("engine refines reference (wide)", jobs_param.refinement_job, (scope,),
+                   weight=8, obligation=21, serves=frozenset({21})))
     out.append(Job("encoding conformance (wide)", jobs_param.conformance_wide_job, (scope,),
                    weight=8, serves=frozenset({0})))
     out += [Job("Z3 BMC", jobs.bmc_job, (scope,), weight=5, obligation=3,

@@ -10,9 +10,9 @@ from typing import Any
 
 import pytest
 
+from affinity_core.events import Acquire, EventError
 from affinity_engine import Config, ConfigError, initial_state, step
 from affinity_engine.codec import config_from_json, config_to_json, event_from_json, event_to_json
-from affinity_engine.events import Acquire, EventError
 from affinity_engine.policy import keep_band
 
 from .driver import Run

@@ -16,7 +16,7 @@ import affinity_engine.invariants as inv
 from affinity_engine import Config, DualThreshold, initial_state
 from affinity_engine.codec import CodecError
 from affinity_engine.machine import Transition
-from affinity_engine.outcomes import Acquired, Path
+from affinity_core.outcomes import Acquired, Path
 from affinity_engine.values import evolve
 
 

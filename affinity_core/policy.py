@@ -1,0 +1,92 @@
+"""Routing policy: the keep rule, the tie set and deterministic placement (SPEC §7-§9).
+
+Theory of operation
+-------------------
+Three pure functions decide every acquire; :mod:`affinity_core.machine` only sequences
+them. Loads are read *before* the acquiring request is counted (R-KEEP-2).
+
+:func:`keep_pin` (R-KEEP-1, R-BAND-1, R-GATE-1, R-DET-4), on a sticky hit on an active
+pin ``p``:
+
+* ``full_determinism`` or the legacy policy: always keep;
+* margin ``m``: keep iff ``L[p] <= min(L) + band``, where ``band`` is ``m``, or with the
+  context band ``min(m + c // T, cap)`` for the acquire's ``context_tokens`` ``c``
+  (absent counts as 0). The minimum includes ``p`` and the bound is inclusive;
+* dual threshold ``(abs, rel)``: keep iff ``L[p] == min(L)`` or the pool is not
+  imbalanced: ``abs > 0 and max - min > abs and max > min * rel`` (integers only).
+
+:func:`least_loaded` (R-TIE-1..4) returns ``T[k]``, the ``k``-th of the servers tied at the
+minimum load in pool order: ``k = 0`` (``first``), ``tie_draw mod t`` (``draw``) or
+``stable_hash(request_id) mod t`` (``hashed``; an unkeyed request falls back to the draw).
+
+:func:`deterministic_server` (R-DET-2, R-DET-3) ignores load: ``pool[request_hash mod n]``
+(``caller``) or ``sorted(pool)[stable_hash(request_id) mod n]`` (``stable``).
+"""
+
+from __future__ import annotations
+
+from .config import Config, HashMode, TieBreak
+from .events import Acquire
+from .hashing import stable_hash
+from .state import State, load, loads
+
+__all__ = ["deterministic_server", "keep_band", "keep_pin", "least_loaded", "tie_index",
+           "tie_set"]
+
+
+def keep_band(config: Config, context_tokens: int | None) -> int | None:
+    """The skew a sticky hit tolerates: the margin, widened by the context band (R-BAND-1)."""
+    margin, tokens, cap = (config.affinity_break_margin, config.affinity_break_tokens,
+                           config.affinity_break_band_cap)
+    if margin is None or tokens is None or cap is None:
+        return margin
+    return min(margin + (context_tokens or 0) // tokens, cap)
+
+
+def keep_pin(config: Config, state: State, pinned: str, context_tokens: int | None) -> bool:
+    """Whether a sticky hit on the active server ``pinned`` keeps its pin."""
+    if config.full_determinism:
+        return True
+    low = min(loads(state))
+    band = keep_band(config, context_tokens)
+    if band is not None:
+        return load(state, pinned) <= low + band
+    gate = config.dual_threshold
+    if gate is None:
+        return True  # the legacy policy never reconsiders a pin
+    high = max(loads(state))
+    rel = gate.balance_rel_threshold
+    imbalanced = (gate.balance_abs_threshold > 0
+                  and high - low > gate.balance_abs_threshold
+                  and high * rel.denominator > low * rel.numerator)
+    return load(state, pinned) == low or not imbalanced
+
+
+def tie_set(state: State) -> tuple[str, ...]:
+    """The active servers at the minimum load, in pool order (R-TIE-1)."""
+    low = min(loads(state))
+    return tuple(server_id for server_id in state.pool if load(state, server_id) == low)
+
+
+def tie_index(config: Config, ties: int, event: Acquire) -> int:
+    """Which of the ``ties`` least-loaded servers the tie-break takes."""
+    if config.tie_break is TieBreak.FIRST:
+        return 0
+    if config.tie_break is TieBreak.HASHED and event.request_id is not None:
+        return stable_hash(event.request_id) % ties
+    return event.tie_draw % ties
+
+
+def least_loaded(config: Config, state: State, event: Acquire) -> str:
+    ties = tie_set(state)
+    return ties[tie_index(config, len(ties), event)]
+
+
+def deterministic_server(config: Config, state: State, event: Acquire) -> str:
+    """The load-blind placement of ``full_determinism``; the caller checked the inputs."""
+    if config.hash_mode is HashMode.STABLE:
+        assert event.request_id is not None
+        ordered = sorted(state.pool)
+        return ordered[stable_hash(event.request_id) % len(ordered)]
+    assert event.request_hash is not None
+    return state.pool[event.request_hash % len(state.pool)]

@@ -1,0 +1,310 @@
+"""The refinement obligation: the engine computes what the reference defines.
+
+Theory of operation
+-------------------
+``affinity_core`` is the readable reference and ``affinity_engine`` the optimised engine that
+adapters run. They share the configuration, event and outcome values, and the engine has
+one abstraction function, :func:`affinity_engine.abstraction.to_reference`, from its own
+state representation to the reference state. The engine *refines* the reference when, for
+every state pair related by the abstraction and every event, the two ``step`` results agree:
+
+* the outcomes are equal (``==``; they are the same classes);
+* ``to_reference`` of the engine's successor equals the reference's successor;
+* the status views are equal, and for an acquire so are the ``allowed`` sets.
+
+:func:`compare` checks one such edge. The traces it is applied to (:func:`wide_traces`):
+
+* derandomised traces over pools of 1 to 2,000 servers (single-leaf, multi-leaf and
+  multi-level load tables), sticky maps of capacity 1, 32, 33, 1,024 and 1,025, request
+  hashes that are negative or beyond 2**64, observed loads, lease accounting, the gate,
+  the context band and both deterministic hash modes;
+* old states branched from: the trace keeps earlier engine states and steps them again,
+  which is the persistence contract of the engine's shared-log sticky map;
+* every shipped conformance vector (:func:`vector_traces`);
+* and, in ``affinity verify``'s model checker, every edge of the small scopes (the
+  ``engine refines reference`` check of :mod:`.bfs_checks`).
+
+Each run also applies the engine mutants of :data:`ENGINE_MUTANTS` and requires the same
+comparison to refute every one of them.
+"""
+
+from __future__ import annotations
+
+import importlib
+import random
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, contextmanager
+from fractions import Fraction
+from typing import Any
+
+import attrs
+
+import affinity_core
+import affinity_engine
+from affinity_core import (
+    Acquire,
+    AddServers,
+    ClearStickyCache,
+    Config,
+    DualThreshold,
+    Event,
+    ObserveLoads,
+    Release,
+    RemoveServers,
+)
+from affinity_engine.abstraction import to_reference
+
+__all__ = ["ENGINE_MUTANTS", "EngineMutant", "compare", "refinement_run", "vector_traces",
+           "wide_traces"]
+
+loads_mod = importlib.import_module("affinity_engine.loads")
+lru_mod = importlib.import_module("affinity_engine.lru")
+
+Trace = tuple[Config, tuple[str, ...], tuple[Event, ...]]
+
+
+def compare(config: Config, engine_state: affinity_engine.State,
+            reference_state: affinity_core.State, event: Event
+            ) -> tuple[str | None, affinity_engine.State, affinity_core.State]:
+    """One edge: a description of the first disagreement (or None) and both successors."""
+    if isinstance(event, Acquire):
+        engine_allowed = affinity_engine.allowed(config, engine_state, event)
+        reference_allowed = affinity_core.allowed(config, reference_state, event)
+        if engine_allowed != reference_allowed:
+            return (f"allowed: engine {sorted(engine_allowed)}, reference "
+                    f"{sorted(reference_allowed)}"), engine_state, reference_state
+    engine = affinity_engine.step(config, engine_state, event)
+    reference = affinity_core.step(config, reference_state, event)
+    if engine.outcome != reference.outcome:
+        return (f"outcome: engine {engine.outcome!r}, reference {reference.outcome!r}",
+                engine.state, reference.state)
+    abstracted = to_reference(engine.state)
+    if abstracted != reference.state:
+        return (f"state: engine {_difference(abstracted, reference.state)}",
+                engine.state, reference.state)
+    if affinity_engine.status(config, engine.state) != affinity_core.status(
+            config, reference.state):
+        return "status view differs", engine.state, reference.state
+    return None, engine.state, reference.state
+
+
+def _difference(got: affinity_core.State, want: affinity_core.State) -> str:
+    for field in attrs.fields(affinity_core.State):
+        mine, theirs = getattr(got, field.name), getattr(want, field.name)
+        if mine != theirs:
+            return f"{field.name} = {_short(mine)}, reference {_short(theirs)}"
+    return "differs"
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 240 else text[:240] + "..."
+
+
+# ----------------------------------------------------------------------- the traces
+def _configs(cache: int) -> list[Config]:
+    return [
+        Config(max_cache_size=cache),
+        Config(affinity_break_margin=0, max_cache_size=cache, tie_break="hashed"),
+        Config(affinity_break_margin=2, max_cache_size=cache, tie_break="draw"),
+        Config(affinity_break_margin=1, affinity_break_tokens=64, affinity_break_band_cap=3,
+               max_cache_size=cache, tie_break="draw"),
+        Config(dual_threshold=DualThreshold(2, Fraction(3, 2)), max_cache_size=cache),
+        Config(affinity_break_margin=1, lease_accounting=True, max_cache_size=cache,
+               tie_break="draw"),
+        Config(full_determinism=True, max_cache_size=cache),
+        Config(full_determinism=True, hash_mode="stable", max_cache_size=cache),
+    ]
+
+
+_HASHES = (0, 1, -1, 7, -(2**70), 2**70 + 3, 2**63 - 1, -(2**63))
+
+
+def _trace(rng: random.Random, config: Config, n: int, length: int) -> Trace:
+    servers = tuple(f"s{i}" for i in range(n))
+    spare = tuple(f"x{i}" for i in range(4))
+    keys = max(2, config.max_cache_size * 3 // 2 + 2)  # more ids than the map holds
+    events: list[Event] = []
+    for _ in range(length):
+        roll = rng.random()
+        if roll < 0.55:
+            rid = None if rng.random() < 0.05 else f"r{rng.randrange(keys)}"
+            events.append(Acquire(request_id=rid, tie_draw=rng.randrange(2**31),
+                                  request_hash=rng.choice(_HASHES) if rng.random() < 0.5
+                                  else rng.randrange(-(2**40), 2**40),
+                                  context_tokens=rng.choice((None, 0, 63, 64, 200, 10**9))))
+        elif roll < 0.85:
+            rid = f"r{rng.randrange(keys)}" if rng.random() < 0.5 else None
+            events.append(Release(server_id=rng.choice(servers + spare), request_id=rid))
+        elif roll < 0.90:
+            events.append(ObserveLoads(observed=[(rng.choice(servers + spare),
+                                                  rng.randrange(0, 6))]))
+        elif roll < 0.94:
+            events.append(RemoveServers(server_ids=[rng.choice(servers + spare)]))
+        elif roll < 0.98:
+            events.append(AddServers(server_ids=[rng.choice(servers + spare)]))
+        else:
+            events.append(ClearStickyCache())
+    return config, servers, tuple(events)
+
+
+def wide_traces(seed: int, steps: int) -> list[Trace]:
+    """The derandomised wide traces (see the module docstring), about ``steps`` events each."""
+    rng = random.Random(seed)
+    traces: list[Trace] = []
+    shapes = ((1, 1), (2, 32), (31, 33), (32, 1024), (33, 1025), (1024, 33), (1025, 32),
+              (2000, 1025))
+    for n, cache in shapes:
+        for config in _configs(cache):
+            length = steps if n <= 64 else max(40, steps // 8)
+            traces.append(_trace(rng, config, n, length))
+    return traces
+
+
+def vector_traces() -> list[tuple[Config, affinity_engine.State, tuple[Event, ...]]]:
+    """The configuration, initial state and events of every shipped vector that has them."""
+    from affinity_conformance.shipped import shipped_vectors
+    from affinity_conformance.vector_format import EventStep, load_case, vector_files
+
+    out = []
+    for path in vector_files(shipped_vectors()):
+        case = load_case(path)
+        if not case.valid or case.config is None or case.initial_state is None:
+            continue
+        events = tuple(s.event for s in case.steps
+                       if isinstance(s, EventStep) and s.event is not None)
+        out.append((case.config, case.initial_state, events))
+    return out
+
+
+def run_trace(config: Config, start: affinity_engine.State, events: tuple[Event, ...],
+              branch_every: int = 7) -> str | None:
+    """Step both packages along ``events``; every ``branch_every`` steps, also step an
+    earlier engine state again (persistence). The first disagreement, or None."""
+    engine_state, reference_state = start, to_reference(start)
+    history: list[tuple[affinity_engine.State, affinity_core.State]] = []
+    for index, event in enumerate(events):
+        history.append((engine_state, reference_state))
+        problem, engine_state, reference_state = compare(config, engine_state,
+                                                         reference_state, event)
+        if problem is not None:
+            return f"step {index} {event!r}: {problem}"
+        if index % branch_every == branch_every - 1:
+            old_engine, old_reference = history[(index * 5) % len(history)]
+            problem, _, _ = compare(config, old_engine, old_reference, event)
+            if problem is not None:
+                return f"step {index}, branched from an old state, {event!r}: {problem}"
+    return None
+
+
+@attrs.frozen
+class RefinementResult:
+    traces: int
+    steps: int
+    failure: str | None
+
+
+def refinement_run(seed: int, steps: int, with_vectors: bool = True,
+                   stop_first: bool = False) -> RefinementResult:
+    traces = 0
+    total = 0
+    runs: list[tuple[Config, affinity_engine.State, tuple[Event, ...]]] = [
+        (config, affinity_engine.initial_state(config, servers), events)
+        for config, servers, events in wide_traces(seed, steps)]
+    if with_vectors:
+        runs += vector_traces()
+    for config, start, events in runs:
+        traces += 1
+        total += len(events)
+        failure = run_trace(config, start, events)
+        if failure is not None:
+            return RefinementResult(traces, total, f"{config!r}: {failure}")
+    return RefinementResult(traces, total, None)
+
+
+# -------------------------------------------------------------------- engine mutants
+@attrs.frozen
+class EngineMutant:
+    name: str
+    description: str
+    patch: Callable[[], AbstractContextManager[None]]
+
+
+@contextmanager
+def _patched(target: Any, name: str, value: Any) -> Iterator[None]:
+    original = getattr(target, name)
+    setattr(target, name, value)
+    try:
+        yield
+    finally:
+        setattr(target, name, original)
+
+
+def _ties_in_first_child() -> AbstractContextManager[None]:
+    original = loads_mod._summarise
+
+    def summarise(children: Any, mins: Any, counts: Any, maxes: Any) -> Any:
+        node = original(children, mins, counts, maxes)
+        if len(mins) > 1 and mins.count(node[0]) > 1:  # ties spread over several children
+            return (node[0], counts[mins.index(node[0])], *node[2:])
+        return node
+
+    return _patched(loads_mod, "_summarise", summarise)
+
+
+def _compaction_drops_oldest_live() -> AbstractContextManager[None]:
+    original = lru_mod._settled
+
+    def settled(capacity: int, size: int, lo: int, hi: int, store: Any) -> Any:
+        if hi > 2 * size + 32 and size > 1:
+            index = store.index
+            live = [c for c in store.log[lo:hi] if index.get(c[0]) is c]
+            index.pop(live[0][0], None)
+            return lru_mod.StickyLru(capacity, size - 1, 0, len(live) - 1,
+                                     lru_mod._Store(live[1:], index))
+        return original(capacity, size, lo, hi, store)
+
+    return _patched(lru_mod, "_settled", settled)
+
+
+def _old_version_keeps_evicted() -> AbstractContextManager[None]:
+    def own(self: Any) -> Any:
+        log = self.store.log[:self.hi]
+        index: dict[str, Any] = {}
+        for cell in log:  # from the log's start, not the window's: evicted records revive
+            request_id, server = cell
+            if server is None:
+                index.pop(request_id, None)
+            else:
+                index[request_id] = cell
+        store = lru_mod._Store(log, index)
+        object.__setattr__(self, "store", store)
+        return store
+
+    return _patched(lru_mod.StickyLru, "_own", own)
+
+
+def _max_of_first_child() -> AbstractContextManager[None]:
+    original = loads_mod._summarise
+
+    def summarise(children: Any, mins: Any, counts: Any, maxes: Any) -> Any:
+        node = original(children, mins, counts, maxes)
+        return (*node[:2], maxes[0], *node[3:])
+
+    return _patched(loads_mod, "_summarise", summarise)
+
+
+ENGINE_MUTANTS = (
+    EngineMutant("engine_tie_count_first_child",
+                 "load table: an internal node counts only its first child's ties",
+                 _ties_in_first_child),
+    EngineMutant("engine_compaction_drops_live",
+                 "sticky log: compaction drops the least recent live record",
+                 _compaction_drops_oldest_live),
+    EngineMutant("engine_old_version_keeps_evicted",
+                 "sticky log: an old version re-derived from its log revives evicted keys",
+                 _old_version_keeps_evicted),
+    EngineMutant("engine_max_of_first_child",
+                 "load table: an internal node's maximum is its first child's",
+                 _max_of_first_child),
+)
