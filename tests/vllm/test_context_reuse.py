@@ -115,11 +115,11 @@ def test_kept_turns_feed_the_meter_and_pinned_keys_send_the_scaled_length(
     prompt_2, cached_2 = seen[1]["prompt_tokens"], seen[1]["hit_tokens"]
     assert 0 < cached_2 < prompt_2  # a partial hit: the scaling is visible
     contexts = _contexts(log)
-    # turn 1: new, no pin; turn 2: pinned, but no continuing turn recorded yet; turn 3:
-    # scaled by turn 2's reuse; "other": not pinned, its prompt length.
+    # first turn: new, no pin; second: pinned, but no continuing turn recorded yet; third:
+    # scaled by the second's reuse; "other": not pinned, its prompt length.
     assert contexts == [64, 96, 128 * cached_2 // prompt_2, 150]
     assert contexts[2] is not None and contexts[2] < 128
-    # turns 2 and 3 were kept and recorded; turn 1 and "other" were new: nothing.
+    # the second and third turns were kept and recorded; the first and "other" were new: nothing.
     recorded = [(r["prompt_tokens"], r["hit_tokens"]) for r in seen[1:3]]
     assert status["context_band"]["reuse"][first] == {
         "cached_tokens": sum(h for _, h in recorded),
