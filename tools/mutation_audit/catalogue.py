@@ -13,7 +13,7 @@ one to a scratch copy of the repository and runs ``affinity verify`` alone again
 
 ``equivalent`` marks a mutant that no observable behaviour distinguishes (with the reason);
 those are excluded from the kill rate's denominator, and every such claim is argued in
-proofs/README.md.
+docs/records/2026-12-proofs-audit.md.
 """
 
 from __future__ import annotations

@@ -9,7 +9,7 @@ constants +-1, deleted statements, changed slice bounds, swapped operands) and l
 contributor who "optimises" the core. Entries that repeat an earlier one (same line,
 same effect) were dropped after the blind phase; what is left extends the catalogue
 (:data:`OPERATOR_SET` is appended to ``CATALOGUE``). Each ``equivalent`` claim is argued in
-proofs/README.md's audit section.
+docs/records/2026-12-proofs-audit.md.
 """
 
 from __future__ import annotations
