@@ -45,7 +45,7 @@ __all__ = ["GENERATED", "RENDERED", "RENDERERS", "RenderError", "check", "main",
 # The files whose regions are rendered (every file that has a region must be listed, so
 # the check cannot miss one).
 RENDERED = ("README.md", "proofs/README.md", "sim/README.md", "sim/studies/README.md",
-            "docs/conformance.md", "spec/vectors/README.md")
+            "benchmarks/README.md", "docs/conformance.md", "spec/vectors/README.md")
 REGION = re.compile(r"<!-- render:([\w.-]+) -->(.*?)<!-- /render -->", re.S)
 
 
@@ -229,6 +229,71 @@ def bench_core_table() -> str:
     return "\n".join(lines)
 
 
+def bench_core_full() -> str:
+    record = _json("benchmarks/bench_core.json")["bench_core"]
+    lines = ["| replicas x sessions | pairs | PR #7435 µs | verl µs | core µs | adapter µs | "
+             "core / PR | adapter / PR | target core / adapter | verl B/entry | "
+             "core B/entry | memory ratio |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    runs = [(build, r) for build in ("pure", "compiled") for r in record[build]["rows"]]
+    for build, r in sorted(runs, key=lambda run: run[1]["replicas"]):
+        bold = "**" if build == "compiled" else ""
+        target = r["targets"]
+        lines.append(
+            f"| {r['replicas']:,} x {r['sessions']:,}, {build} | {r['pairs']:,} | "
+            f"{r['pr7435_us']:.2f} | {r['verl_us']:.2f} | {r['core_us']:.2f} | "
+            f"{r['adapter_us']:.2f} | {bold}{r['core_ratio']:.2f}{bold} | "
+            f"{bold}{r['adapter_ratio']:.2f}{bold} | "
+            f"≤ {target['core']:g} / ≤ {target['adapter']:g} "
+            f"| {r['verl_bytes_per_entry']:.0f} | {r['core_bytes_per_entry']:.0f} | "
+            f"{r['memory_ratio']:.2f} |")
+    return "\n".join(lines)
+
+
+def bench_core_runs() -> str:
+    record = _json("benchmarks/bench_core.json")
+    runs = record["bench_core"]
+    loads = "; ".join(f"{build} {runs[build]['load_before']} → {runs[build]['load_after']}"
+                      for build in ("compiled", "pure"))
+    return (f"Recorded {record['recorded'].split(',')[0]}, Python {record['python']}, margin "
+            f"{record['margin']}, one process per build, the four implementations alternating "
+            f"on the same trace; load average (1/5 min) before → after: {loads} "
+            "(`benchmarks/bench_core.json`).")
+
+
+def bench_lru_table() -> str:
+    runs = _json("benchmarks/bench_core.json")["bench_lru"]
+    rows = [("`touch` of a present key", "touch", "verl_touch"),
+            ("`put` of a new key into a full map", "put_evict", "verl_put_evict"),
+            ("`key in` map", "in", "verl_in"),
+            ("kept hit, `step` acquire + release (PR #7435 class)", "kept_pair",
+             "pr7435_kept_pair"),
+            ("bytes per entry after the puts", "lru_mem_after_puts", "verl_mem_after_puts"),
+            ("bytes per entry, peak while touching", "lru_mem_touching", "verl_mem_touching")]
+    lines = ["| operation (ns, or bytes) | compiled | pure | verl / PR #7435 |",
+             "|---|---:|---:|---:|"]
+    for label, ours, theirs in rows:
+        compiled, pure = runs["compiled"]["ns"], runs["pure"]["ns"]
+        lines.append(f"| {label} | {compiled[ours]:,.0f} | {pure[ours]:,.0f} | "
+                     f"{compiled[theirs]:,.0f} |")
+    return "\n".join(lines)
+
+
+def bench_router_table() -> str:
+    rows = _json("benchmarks/results/bench_router.json")["rows"]
+    clients = rows[0]["overhead_concurrency"] if rows else 0
+    lines = ["| Router / policy | Prompts | Hit rate | Makespan (s, median) | p50 (ms) | p95 (ms) "
+             f"| Overhead (ms/req) | Overhead, {clients} clients (ms/req) | Split | Errors |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        lines.append(
+            f"| {r['name']} | {r['prompts']} | {r['hit_rate']:.3f} | {r['makespan_s']:.2f} "
+            f"| {r['p50_ms']:.0f} | {r['p95_ms']:.0f} | {r['overhead_ms']:.2f} "
+            f"| {r['overhead_concurrent_ms']:.2f} | {'/'.join(map(str, r['split']))} "
+            f"| {r['errors']} |")
+    return "\n".join(lines)
+
+
 # ------------------------------------------------------------------ simulator
 
 def _sim(name: str) -> dict[str, Any]:
@@ -294,6 +359,10 @@ RENDERERS: dict[str, Callable[[], str]] = {
     "vectors.cases": vectors_cases,
     "audit.catalogue": audit_catalogue,
     "bench.core": bench_core_table,
+    "bench.core-full": bench_core_full,
+    "bench.core-runs": bench_core_runs,
+    "bench.lru": bench_lru_table,
+    "bench.router": bench_router_table,
     "sim.margin2-at-pr-scale": sim_margin2_at_pr_scale,
     **{f"sim.prscale.{t}": _prscale(t) for t in (
         "prediction", "policies", "ablation", "context-per-request", "replication",
