@@ -339,10 +339,12 @@ def _prscale(table: str) -> Callable[[], str]:
     return render
 
 
-def _band(table: str, name: str) -> Callable[[], str]:
+def _band(table: str, name: str, policy: str = "band-m1-T8192-cap4") -> Callable[[], str]:
     def render() -> str:
         from affinity_sim import band
         record = _sim(name)
+        if table == "head-to-head":
+            return band.markdown(record, policy)
         return {"policies": band.policy_table, "regret": band.regret_table}[table](record)
     return render
 
@@ -367,7 +369,13 @@ RENDERERS: dict[str, Callable[[], str]] = {
     **{f"sim.prscale.{t}": _prscale(t) for t in (
         "prediction", "policies", "ablation", "context-per-request", "replication",
         "dispersion", "step-size", "turns", "pool")},
+    "sim.band.policies": _band("policies", "context-band"),
+    "sim.band.head-to-head": _band("head-to-head", "context-band"),
+    "sim.band-prscale.policies": _band("policies", "context-band-prscale"),
+    "sim.band-prscale.head-to-head": _band("head-to-head", "context-band-prscale"),
     "sim.band-reuse.policies": _band("policies", "context-band-reuse"),
+    "sim.band-reuse.head-to-head": _band("head-to-head", "context-band-reuse",
+                                         "band-m1-T8192-cap4-reuse"),
     "sim.band-reuse.regret": _band("regret", "context-band-reuse"),
 }
 
