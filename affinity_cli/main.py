@@ -11,8 +11,8 @@ Usage errors exit 2 with one line on stderr naming the value and what is accepte
 
 A subcommand whose optional extra is not installed (:data:`EXTRAS`; the plain wheel has
 none) says so -- which modules are missing and the ``pip install`` line -- in its
-``--help`` and, whatever options follow, when run (exit 2); it used to list no options,
-reject its own options as unrecognized, or (``serve``) die in a traceback.
+``--help`` and, whatever options follow, when run (exit 2), instead of listing no
+options, rejecting its own options as unrecognized, or (``serve``) dying in a traceback.
 """
 
 from __future__ import annotations

@@ -3,9 +3,9 @@
 Theory of operation
 -------------------
 A command that writes a report or a directory at the end of a long run (``verify
---json``, ``simulate --png``, ``check --out``) used to find out only then that the path
-is a directory, sits under a file or cannot be written, and died with a traceback after
-minutes of work. These checks run when the options are parsed: they look at the path
+--json``, ``simulate --png``, ``check --out``) would otherwise find out only then that the
+path is a directory, sits under a file or cannot be written, and die with a traceback
+after minutes of work. These checks run when the options are parsed: they look at the path
 and its nearest existing ancestor and create nothing, so a bad path fails at
 configuration time, changes nothing, and the message names the option, the path and
 what is wrong. They cannot promise the write will succeed (a disk can fill up later);

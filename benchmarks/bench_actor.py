@@ -203,7 +203,7 @@ def render(latency: dict[str, list[float]], throughput: dict[tuple[str, int], li
     ratio = statistics.median(latency["affinity"]) / statistics.median(latency["verl"])
     lines += [
         "",
-        "Target (issue 5): median acquire RPC latency within 10% of verl's class -- "
+        "Target: median acquire RPC latency within 10% of verl's class -- "
         + ("**met**" if ratio <= 1.10 else "**not met**") + f" ({ratio:.2f}x). The Ray round "
         "trip dominates: the in-process rows show the CPU each decision costs on its own.",
         "",

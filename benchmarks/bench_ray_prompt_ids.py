@@ -1,4 +1,4 @@
-"""What ``prompt_ids`` on the acquire costs per Ray call (issue 15, context band).
+"""What ``prompt_ids`` on the acquire costs per Ray call (context band).
 
 Theory of operation
 -------------------

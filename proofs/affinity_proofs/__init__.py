@@ -1,4 +1,4 @@
-"""affinity_proofs: the proof suite behind ``affinity verify`` (issue 3).
+"""affinity_proofs: the proof suite behind ``affinity verify``.
 
 Every obligation of proofs/README.md is checked by one or more methods on the *real*
 core (:mod:`affinity_engine`) or on a Z3 encoding that is cross-checked against it:

@@ -10,7 +10,8 @@ R-SKEW-4 states two facts, and each fact has a witness trace found by
 * global skew is unbounded under adversarial releases, *with* the margin: after the
   trace, ``max - min > bound``.
 
-A witness becomes a document of this shape (the vector suite of issue 4 will absorb it)::
+A witness becomes a document of this shape (the vector suite's ``counterexamples``
+holds each as a vector)::
 
     {"format": "affinity-counterexample/1", "name": ..., "description": ...,
      "property": "decision_above_band" | "spread_exceeds", "parameters": {...},

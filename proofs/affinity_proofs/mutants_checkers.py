@@ -3,7 +3,7 @@
 Theory of operation
 -------------------
 A predicate clause that no control ever trips can be deleted without ``affinity verify``
-noticing: the audit of stop 12 deleted two (``leases_match_loads`` altogether, and the
+noticing: the second mutant audit deleted two (``leases_match_loads`` altogether, and the
 "only a stale entry" clause of ``rejection_preserves_state``) and verify still passed,
 because every other control that breaks those requirements is caught first by another
 check. And ``draw_for``, the inverse of ``allowed`` that every refinement checker feeds an

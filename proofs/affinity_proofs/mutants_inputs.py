@@ -15,7 +15,7 @@ check, in the same run, must find a problem with it applied:
   so a caller hash of 0 decodes as null and a ``full_determinism`` replay is rejected;
 * ``context_band_under_determinism``: ``Config.context_band`` forgets R-BAND-5;
 * ``cache_default_shifted``: a configuration that names no ``max_cache_size`` gets 10001
-  (the third audit's survivor ``b3_cache_default``: no check read SPEC's Default column).
+  (the third audit's survivor ``operator_cache_default``: no check read SPEC's Default column).
 
 They belong to obligation 19 only, which has no BFS search, so they add no BFS job.
 """

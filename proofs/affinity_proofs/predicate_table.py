@@ -6,7 +6,7 @@ The explicit-state checker judges every edge with the predicates of
 :mod:`affinity_engine.invariants`; a predicate that has become vacuous (a deleted clause, a
 ``return True``) would let every core bug it exists for through, and a control of the core
 is usually refuted by some *other* check first, so nothing notices. The second mutant audit
-(stop 12) deleted ``leases_match_loads`` outright and ``affinity verify`` still passed.
+deleted ``leases_match_loads`` outright and ``affinity verify`` still passed.
 
 :data:`EXHIBITS` holds, for each predicate, hand-built values -- real states and
 transitions, altered with ``evolve`` into exactly one violation each, written from SPEC's

@@ -14,7 +14,7 @@ stops the lemma; the answer is the largest N before it, with its time. Only a pr
 reported as a failure. Then every BFS run of the chosen scope is explored once, with all
 its checks, and its CPU time and states per second are printed.
 
-The output is a Markdown table, ready for proofs/README.md.
+The output is a Markdown table, ready for the proofs audit record (docs/records/).
 """
 
 from __future__ import annotations

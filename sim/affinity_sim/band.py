@@ -31,7 +31,7 @@ the lowest median change on that workload, named in the table.
 ``python -m affinity_sim.band RECORD.json [MORE.json ...] --band NAME [--seeds A-B]
 [--png PATH]`` (several records are merged by seed, :mod:`affinity_sim.records`) prints the
 per-policy table, the head-to-head table and every policy's gap to the best fixed
-margin (:func:`regret_table`) as Markdown (for sim/README.md) and draws one
+margin (:func:`regret_table`) as Markdown (for sim/studies/README.md) and draws one
 panel per workload.
 """
 

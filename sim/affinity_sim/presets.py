@@ -16,7 +16,7 @@ the PR's approximate context -- never against a policy's result:
 * the KV pool size (``kv_capacity_tokens``), by bisection until the legacy policy's
   prefix hit rate is within the PR's +-2 points (``affinity_sim.calibrate``).
 
-The calibrated numbers and the procedure are recorded in sim/README.md.
+The calibrated numbers and the procedure are recorded in sim/studies/README.md.
 
 A workload file is TOML (``.toml``) or YAML (``.yaml``/``.yml``)::
 
@@ -90,7 +90,7 @@ def _pr_workload(name: str, description: str, output_median: float, max_context:
     )
 
 
-# Calibrated values: see sim/README.md, "Calibration".
+# Calibrated values: see sim/studies/README.md, "Calibration".
 _PR_WORKLOADS = (
     _pr_workload("ctx2k", "~2.2K context", 325, 4096, 16_800, 0.087),
     _pr_workload("ctx9k", "~8.7K context", 1_410, 16_384, 48_400, 0.053),

@@ -11,7 +11,7 @@ against a hit rate or a policy's result. The one input taken from the PR's table
 context of the drawn trajectories matches it within 1%; :func:`fit_contexts`, no
 simulation involved).
 
-Sources and a-priori assumptions (sim/README.md, "PR scale", repeats them with reasons):
+Sources and a-priori assumptions (sim/studies/README.md, "PR scale", repeats them with reasons):
 
 * **Scale** -- verl's ReTool recipe for Qwen2.5-32B on DAPO-Math-17k
   (``recipe/retool/run_qwen2-32b_dapo.sh``): ``train_batch_size=512``, ``n=16``, so

@@ -21,7 +21,7 @@ else the preset's. Two things are held fixed so that only the spread moves:
   simulation). ``ctx9k-bigkv`` draws ``ctx9k``'s plans, so it shares its medians.
 
 This is a **sensitivity analysis, decided after the prediction missed**. Its grid,
-expectations and reading rule were committed before it ran (sim/README.md, "Sensitivity:
+expectations and reading rule were committed before it ran (sim/studies/README.md, "Sensitivity:
 output-length dispersion"). It replaces nothing in the prediction, and no value of ``s``
 is chosen from it.
 

@@ -8,7 +8,7 @@ and from the ReTool recipe's 0.9 for the "large KV pool" row. The PR states no m
 setting, and in verl's hybrid engine the rollout's share is commonly set below or above
 the default to leave room for the colocated actor. Together with the step size
 (:mod:`affinity_sim.prscale_stepsize`), the pool is the other half of the *per-row
-configuration* that sim/README.md names as the missing feature: whether a replica's
+configuration* that sim/studies/README.md names as the missing feature: whether a replica's
 cache thrashes is a matter of the conversations in flight against it.
 
 This module re-runs the three ordinary rows at other utilizations
@@ -21,7 +21,7 @@ physical ceiling. Everything else is the preset's.
 The hypothesis under test: at the pool that reproduces a row's baseline hit rate, the
 model also reproduces its margin-2 change. This is a **sensitivity analysis decided
 after the prediction missed**; its grid and reading rule were committed before it ran
-(sim/README.md, "Sensitivity: KV pool"). It replaces nothing in the prediction.
+(sim/studies/README.md, "Sensitivity: KV pool"). It replaces nothing in the prediction.
 """
 
 from __future__ import annotations

@@ -18,7 +18,7 @@ prompts, whose 10-seed interval [-11.1%, -5.8%] contained the PR's value althoug
 hit rate was not the nearest.
 
 This is a **replication decided after the sensitivity runs**, registered before it ran
-(sim/README.md, "Replication of the explaining cells"); it changes no cell, no setting
+(sim/studies/README.md, "Replication of the explaining cells"); it changes no cell, no setting
 and nothing in the prediction.
 """
 

@@ -1,4 +1,4 @@
-"""sim/README.md's PR-scale tables, rendered from the recorded run JSON (no simulation).
+"""sim/studies/README.md's PR-scale tables, rendered from the recorded run JSON (no simulation).
 
 Theory of operation
 -------------------

@@ -4,7 +4,7 @@ Theory of operation
 -------------------
 The prediction runs every row at 512 prompts x 16 samples (verl's ReTool recipe). Its
 baseline hit rates then miss the PR's in opposite directions -- 86% against 8.7% at 2.2K,
-3% against 99.7% on the large pool -- and sim/README.md names the missing feature as the
+3% against 99.7% on the large pool -- and sim/studies/README.md names the missing feature as the
 *per-row configuration*: the PR says its workloads "are not directly comparable" and
 states neither their step sizes nor their memory settings. Whether a cache thrashes is a
 matter of trajectories in flight per replica against the pool, so the step size alone can
@@ -22,11 +22,11 @@ only more or fewer of them):
   core evicts the rest as verl does;
 * 256 and 128 prompts: smaller ``train_batch_size`` values of the same recipes.
 
-The hypothesis under test is that of sim/README.md: *with the step size that reproduces
+The hypothesis under test is that of sim/studies/README.md: *with the step size that reproduces
 a row's baseline hit rate, the model also reproduces its margin-2 change.* The hit rate is
 the observable used to pick the step size; margin 2's change is held out. This is a
 **sensitivity analysis decided after the prediction missed**. Its grid and reading rule
-were committed before it ran (sim/README.md, "Sensitivity: step size"); it replaces
+were committed before it ran (sim/studies/README.md, "Sensitivity: step size"); it replaces
 nothing in the prediction.
 """
 

@@ -18,7 +18,7 @@ context is held: the output median is re-fitted per (row, q) on the drawn plans 
 (seeds 1000-1001, no simulation). Every other input is the preset's.
 
 This is a **sensitivity analysis, decided after the prediction missed**. Its grid,
-expectations and reading rule were committed before it ran (sim/README.md,
+expectations and reading rule were committed before it ran (sim/studies/README.md,
 "Sensitivity: turn count"); it replaces nothing in the prediction.
 """
 

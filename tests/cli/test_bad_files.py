@@ -2,7 +2,7 @@
 the file, the field and what is accepted; exit status 2 (or 1 where the implementation
 fails); no traceback.
 
-Each case failed before session "newuser": a workload file with a list where a name
+Each case guards a failure a new user's pass found: a workload file with a list where a name
 belongs or a non-list ``policies`` (TypeError tracebacks), a constant below what the
 simulator uses (``turns = -1`` ran, silently clamped), sizes that fill memory before the
 first step, a decision log or vector whose event ``op`` is a list (TypeError traceback),

@@ -2,7 +2,7 @@
 documented one) with one line naming the value and what is accepted, no traceback, and
 nothing created or changed -- checked before any long run starts.
 
-Each case below failed before session "newuser": a traceback after the run (``verify
+Each case below guards a failure a new user's pass found: a traceback after the run (``verify
 --json``, ``simulate --json``, ``check --out``, ``check-router --out``, ``vectors generate
 --out``), a wrong status (``vectors verify --dir /missing`` listed 298 "missing" vectors
 and exited 1; ``--counterexamples /missing`` was read as an empty directory), a 60 s wait
@@ -220,7 +220,7 @@ def test_ctrl_c_is_one_line_and_status_130(monkeypatch: pytest.MonkeyPatch) -> N
      "--router-extra '--margin 1' cannot go with --url"),
 ])
 def test_conflicting_options_are_refused(argv: list[str], needle: str) -> None:
-    """Each pair used to be accepted, one option silently ignored."""
+    """Each pair is refused, not accepted with one option silently ignored."""
     code, _, err = run(*argv)
     one_clean_line(code, err, needle)
 

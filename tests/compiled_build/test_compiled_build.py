@@ -1,4 +1,4 @@
-"""The compiled build of affinity_engine equals the pure source (issue 16).
+"""The compiled build of affinity_engine equals the pure source.
 
 Theory of operation
 -------------------

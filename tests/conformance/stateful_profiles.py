@@ -1,6 +1,6 @@
 """Sizes of the stateful conformance machines per Hypothesis profile.
 
-The issue's CI requirement is at least 2,000 examples x 50 steps (100,000 steps) within
+The CI requirement is at least 2,000 examples x 50 steps (100,000 steps) within
 3 minutes, derandomized under ``CI=true`` (Hypothesis's ``ci`` profile); the ``thorough``
 profile runs 500,000 steps. ``dev``, the default outside CI (tests/conftest.py), runs small;
 ``--hypothesis-profile=default`` runs the CI size with random exploration.

@@ -53,7 +53,7 @@ def test_bad_impl_is_explained(impl: str, needles: list[str], tmp_path: Path) ->
 @pytest.mark.parametrize("name", ["router.mjs", "src/router.rs", "router_impl"])
 def test_impl_in_another_language_points_to_the_other_routes(name: str,
                                                              tmp_path: Path) -> None:
-    # 'router.mjs:Router' used to read "importing 'router.mjs' failed: ModuleNotFoundError:
+    # 'router.mjs:Router' must not read "importing 'router.mjs' failed: ModuleNotFoundError:
     # No module named 'router'".
     path = tmp_path / name
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -175,7 +175,7 @@ def test_malformed_log_files(tmp_path: Path, text: str, needles: list[str]) -> N
 
 def test_garbled_log_line_names_its_column(tmp_path: Path) -> None:
     # A record cut short mid-object, followed by more records: the column is where the
-    # line stops (it used to say "column 1", the start of the next line).
+    # line stops (not "column 1", the start of the next line).
     path = tmp_path / "log.ndjson"
     path.write_text(_header() + '{"seq":0,"event":{"op"\n' + _header())
     code, _, err = run("replay", str(path))

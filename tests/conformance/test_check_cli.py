@@ -136,7 +136,7 @@ def test_strict_margin_is_diagnosed(tmp_path: Path) -> None:
 
 
 def test_margin_under_full_determinism_is_diagnosed_as_r_det_4(tmp_path: Path) -> None:
-    # It used to read "IMPL behaved as if 'a' had no sticky entry ... a lookup must refresh
+    # Not "IMPL behaved as if 'a' had no sticky entry ... a lookup must refresh
     # recency" with R-LRU-2: the wrong rule, for a class whose LRU is right.
     # Which vectors catch it depends on hash(request_id) (caller mode, the class's own
     # process): counters/full_determinism_counts_kept does under every PYTHONHASHSEED.
@@ -153,7 +153,7 @@ def test_margin_under_full_determinism_is_diagnosed_as_r_det_4(tmp_path: Path) -
 
 
 def test_break_without_re_pin_is_diagnosed_as_r_break_1(tmp_path: Path) -> None:
-    # It used to read "the pin sits exactly on the band's edge: a '<' comparison breaks
+    # Not "the pin sits exactly on the band's edge: a '<' comparison breaks
     # here, the spec's '<=' keeps": the wrong rule, for a class that compares with '<='.
     report = run_check(f"{BROKEN}:NoRepinBalancer", tie_mode="first", budget=50,
                        out_dir=tmp_path)

@@ -1,4 +1,4 @@
-"""The lockstep reads the spec's state before stepping it, never after (issue 16).
+"""The lockstep reads the spec's state before stepping it, never after.
 
 A stepped state's sticky map is no longer the tip of its shared log, and the next read of
 it re-derives the whole map (affinity_engine/lru.py, "a non-tip version"): O(size) per

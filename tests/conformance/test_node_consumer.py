@@ -100,7 +100,7 @@ def test_edited_and_missing_files_are_reported(tmp_path: Path) -> None:
 ])
 def test_bad_arguments_are_one_line_and_exit_2(tmp_path: Path, args: list[str],
                                                needle: str) -> None:
-    # A wrong directory used to end in a Node stack trace (ENOENT) with exit status 1.
+    # A wrong directory is one line and exit 2, not a Node stack trace (ENOENT) and 1.
     assert NODE is not None
     (tmp_path / "file.json").write_text("{}")
     (tmp_path / "garbled").mkdir()

@@ -146,7 +146,7 @@ def _tamper_last(path: Path, outcome: dict[str, object], out: Path) -> Path:
 
 def test_margin_under_full_determinism_is_named(tmp_path: Path) -> None:
     # A router that applies the margin under full_determinism logs a break of a kept pin.
-    # The diagnosis used to blame the sticky map's recency (R-LRU-2).
+    # The diagnosis must not blame the sticky map's recency (R-LRU-2).
     config = Config(affinity_break_margin=0, full_determinism=True, hash_mode="stable")
     path = tmp_path / "det.ndjson"
     write_log(path, [Acquire(request_id="a"), Acquire(request_id="a")], config)
@@ -180,8 +180,8 @@ def test_break_that_did_not_re_pin_is_named(tmp_path: Path) -> None:
 
 def test_own_random_tie_says_how_to_log_the_draw(tmp_path: Path) -> None:
     # A router with tie_break 'draw' that logs no tie_draw: replay has no --tie-break
-    # option, so the hint is what the log must carry (it used to say "first in pool
-    # order" and "run --tie-break any").
+    # option, so the hint is what the log must carry (not "first in pool
+    # order" nor "run --tie-break any").
     config = Config(affinity_break_margin=1, tie_break="draw")
     path = tmp_path / "draw.ndjson"
     write_log(path, [Acquire(request_id="a")], config)
@@ -205,8 +205,8 @@ def _drop_digests(lines: list[str], keep: set[int]) -> list[str]:
 
 
 def test_a_log_without_state_digests_is_malformed(good_log: Path, tmp_path: Path) -> None:
-    # A writer in another language that leaves out state_digest used to pass: only the
-    # outcomes and summaries were checked, not the per-server counts or the sticky map.
+    # A writer in another language that leaves out state_digest must not pass on the
+    # outcomes and summaries alone, unchecked on the per-server counts or the sticky map.
     done = replay(str(_write(tmp_path / "bare.ndjson", _drop_digests(_lines(good_log),
                                                                       set()))))
     assert done.returncode == 2
@@ -387,7 +387,7 @@ def test_the_other_language_example_in_the_docs_replays(tmp_path: Path) -> None:
 
 
 def test_separate_reports_every_diverging_file(good_log: Path, tmp_path: Path) -> None:
-    # --separate used to stop at the first diverging file: the others went unjudged.
+    # --separate judges every file, not only up to the first that diverges.
     lines = _lines(good_log)
     record = json.loads(lines[3])
     record["outcome"]["server_id"] = "s0"

@@ -1,4 +1,4 @@
-"""The core's fast paths give the values of the plain definitions (issue 16).
+"""The core's fast paths give the values of the plain definitions.
 
 Theory of operation
 -------------------

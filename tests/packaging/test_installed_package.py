@@ -1,4 +1,4 @@
-"""Acceptance: the built wheel and sdist work outside the checkout (issue 11).
+"""Acceptance: the built wheel and sdist work outside the checkout.
 
 Builds the sdist and, from it, the wheel (``python -m build``) out of a copy of the
 checkout's files, and checks that the shipped vectors and counterexamples equal the

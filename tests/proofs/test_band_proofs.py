@@ -1,4 +1,4 @@
-"""The context band's obligations in ``affinity verify`` (issue 15): the all-N lemmas of
+"""The context band's obligations in ``affinity verify``: the all-N lemmas of
 R-BAND-1..5 each proved with its mutants refuted, the band's BFS runs and checks, the
 decision and configuration tables (R-CFG-6), and the plain width the checks compare with."""
 

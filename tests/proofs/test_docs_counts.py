@@ -1,11 +1,19 @@
-"""The counts README.md and proofs/README.md state about ``affinity verify`` equal the code's:
-obligations (R-BAND-1..5 made them twenty), all-N lemmas, configuration table cases
-(R-CFG-1..6), the independent audit's mutants. The mutant count verify prints at the
-default scope needs a full run; it is stated with the run it was taken from."""
+"""The recorded verify run the docs are rendered from is a run of the current suite.
+
+README.md and proofs/README.md render their obligation table, all-N lemmas and counts from
+``proofs/verify-default.json`` (``scripts/render_docs.py``). That record must be current:
+its obligations are :data:`~affinity_proofs.report.OBLIGATIONS`, its all-N lemmas are the
+suite's, its configuration table has the cases the table has now, and it passed. Adding an
+obligation, a lemma or a table case without re-recording
+(``affinity verify --json proofs/verify-default.json``) fails here. The independent audit's
+record names every mutant of the catalogue.
+"""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
+from typing import Any
 
 from affinity_proofs import config_table
 from affinity_proofs.report import OBLIGATIONS
@@ -15,40 +23,40 @@ from affinity_proofs.z3_param_lemmas import PARAM_LEMMAS
 from tools.mutation_audit.catalogue import CATALOGUE
 
 ROOT = Path(__file__).resolve().parents[2]
-WORDS = {13: "thirteen", 19: "nineteen", 20: "twenty", 22: "twenty-two", 23: "twenty-three"}
 
 
-def _text(path: str) -> str:
-    return " ".join((ROOT / path).read_text(encoding="utf-8").split())
+def _record() -> dict[str, Any]:
+    with open(ROOT / "proofs" / "verify-default.json", encoding="utf-8") as handle:
+        record: dict[str, Any] = json.load(handle)
+    return record
 
 
-def test_obligation_count_in_both_readmes() -> None:
-    count = len([o for o in OBLIGATIONS if o.number >= 1])
-    word = WORDS[count]
-    assert f"{word.capitalize()} obligations, each by the methods" in _text("README.md")
-    assert f"`affinity verify` checks {word} obligations" in _text("proofs/README.md")
+def test_the_record_is_a_passing_default_run() -> None:
+    record = _record()
+    assert record["format"] == "affinity-verify-report/1"
+    assert record["scope"] == "default" and record["only"] is None
+    assert record["passed"] is True
 
 
-def test_all_n_lemma_count_and_rows() -> None:
-    lemmas = (*PARAM_LEMMAS, *BAND_LEMMAS)
-    text = _text("proofs/README.md")
-    assert f"All {WORDS[len(lemmas)]} take about" in text
-    for lemma in lemmas:
-        assert f"| `{lemma.name}`" in text, lemma.name
+def test_the_record_has_the_current_obligations() -> None:
+    recorded = [(o["obligation"], o["title"]) for o in _record()["obligations"]]
+    assert recorded == [(o.number, o.title) for o in OBLIGATIONS]
 
 
-def test_configuration_table_count() -> None:
+def test_the_record_has_the_current_all_n_lemmas() -> None:
+    recorded = {r["evidence"]["lemma"] for r in _record()["rows"]
+                if r["scope_kind"] == "all N" and "lemma" in r["evidence"]}
+    assert recorded == {lemma.name for lemma in (*PARAM_LEMMAS, *BAND_LEMMAS)}
+
+
+def test_the_record_has_the_current_configuration_table() -> None:
     cases, problems = config_table.check_table()
     assert problems == []
-    assert f"exhaustive table of {cases} edge values" in _text("README.md")
-    assert f"exhaustive table of {cases} edge values" in _text("proofs/README.md")
+    row = next(r for r in _record()["rows"] if r["method"] == "exhaustive edge-value table")
+    assert row["evidence"]["cases"] == cases
 
 
-def test_audit_catalogue_count() -> None:
-    total = len(CATALOGUE)
-    counted = sum(1 for m in CATALOGUE if m.equivalent is None)
-    assert f"independent set of {total} one-line mutants" in _text("README.md")
-    assert f"kills all {counted} non-equivalent" in _text("README.md")
-    assert f"**{total} realistic one-line bugs**" in _text("proofs/README.md")
-    for mutant in CATALOGUE:
-        assert f"| `{mutant.id}` |" in _text("proofs/README.md"), mutant.id
+def test_the_audit_record_names_every_catalogue_mutant() -> None:
+    text = (ROOT / "docs" / "records" / "2026-12-proofs-audit.md").read_text(encoding="utf-8")
+    missing = [m.id for m in CATALOGUE if f"| `{m.id}` |" not in text]
+    assert missing == []

@@ -1,4 +1,4 @@
-"""``affinity verify`` fails fast and says where (issue 10, item 5): a violation stops its
+"""``affinity verify`` fails fast and says where: a violation stops its
 search with the counterexample; counts outside their domain are violations, not states; a
 crash of ``step`` is a counterexample to R-OUT-1; a negative control that crashes in its
 own code is "control inconclusive" and hides no failure of the core; every job has a

@@ -1,4 +1,4 @@
-"""Obligations 15-19 (issue 10, item 4): SPEC's plain rules on every BFS edge, the decision
+"""Obligations 15-19: SPEC's plain rules on every BFS edge, the decision
 table, the configuration table -- each passes on the real core and refutes its control."""
 
 from __future__ import annotations

@@ -12,7 +12,7 @@ from affinity_proofs.scopes import scope_named
 from affinity_proofs.z3_param_lemmas import PARAM_LEMMAS, run
 from affinity_proofs.z3_structures import MERGE_LEMMAS, MergeLemma, run_merge
 
-REQUIRED_ALL_N = {  # the obligations issue 10 demands for every N
+REQUIRED_ALL_N = {  # the obligations that must hold for every N
     "default_null_equivalence", "determinism_ignores_load_margin_gate", "per_decision_skew",
     "arrivals_spread_inductive", "margin_zero_least_loaded", "keep_monotone_in_margin",
     "selectivity", "break_correct", "no_starvation", "gate_bound",

@@ -39,7 +39,8 @@ def test_a_zero_prompt_report_is_evidence_of_nothing() -> None:
     (1000, 2.0, "cached_tokens must be in [0, prompt_tokens=1000], got 2.0"),
     (-5, 0, f"prompt_tokens must be an integer in [0, {MAX_TOKENS}], got -5"),
     ("10", 0, f"prompt_tokens must be an integer in [0, {MAX_TOKENS}], got '10'"),
-    # newuser2: a corrupt 4,299-digit report was recorded and outweighed every honest one.
+    # Found by a new user: a corrupt 4,299-digit report was recorded and outweighed every
+    # honest one.
     (2**63, 0, f"prompt_tokens must be an integer in [0, {MAX_TOKENS}], got {2**63}"),
 ])
 def test_bad_reports_name_the_value_and_change_nothing(prompt: object, cached: object,
@@ -70,7 +71,7 @@ def test_the_largest_64_bit_report_is_accepted() -> None:
 @pytest.mark.parametrize("prompt", [-7, 1.5, True, None, "10"])
 @pytest.mark.parametrize("evidence", [False, True])
 def test_a_bad_prompt_length_to_scale_is_refused(prompt: object, evidence: bool) -> None:
-    # newuser2: -7 at half reuse came out -4, 1.5 came out 0.0, and without evidence any
+    # Found by a new user: -7 at half reuse came out -4, 1.5 came out 0.0, and without evidence any
     # value was passed through unchanged.
     meter = ReuseMeter()
     if evidence:

@@ -1,7 +1,7 @@
 """The pr7435 presets keep their calibration: legacy hit rates within the PR's +-2 points.
 
 A cheap guard on three evaluation seeds per workload (the recorded 30-seed run is in
-sim/README.md). Calibration itself used seeds 1000-1007.
+sim/studies/README.md). Calibration itself used seeds 1000-1007.
 """
 
 from __future__ import annotations

@@ -59,13 +59,13 @@ def test_shared_prompt_segment_is_pinned_while_any_sibling_runs() -> None:
 
 
 def test_multi_turn_hits_on_one_replica() -> None:
-    # Turn 1: prompt 40, output 9 -> 49 tokens, 48 with KV: 3 full blocks cached.
-    # Turn 2 (after a 15-token tool response): prompt 64 may hit (64 - 1) // 16 = 3 blocks.
+    # First turn: prompt 40, output 9 -> 49 tokens, 48 with KV: 3 full blocks cached.
+    # Second turn (after a 15-token tool response): prompt 64 may hit (64 - 1) // 16 = 3 blocks.
     finished, replica = run(model(), [(0.0, 0, 40, 9), (1.0, 0, 64, 2)])
     assert (replica.query_tokens, replica.hit_tokens) == (40 + 64, 48)
     assert replica.prefill_tokens == 40 + 16
     assert replica.kv.evicted_blocks == 0
-    # Turn 2 prefills 16 tokens (sampling token 1), then decodes token 2 alone.
+    # The second turn prefills 16 tokens (sampling token 1), then decodes token 2 alone.
     A, B = 0.010, 0.001
     assert abs(finished[0] - (1.0 + (A + 16 * B) + (A + B))) < 1e-12
 

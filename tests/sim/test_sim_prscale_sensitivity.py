@@ -170,7 +170,7 @@ def _legacy_hit(workload: Workload) -> float:
 
 
 def test_the_cliffs_the_configuration_explanations_rest_on() -> None:
-    # sim/README.md explains ctx2k's miss by its pool and the large pool's hit rate by its
+    # sim/studies/README.md explains ctx2k's miss by its pool and the large pool's hit rate by its
     # step size: each rests on the cache crossing a cliff. One legacy step, seed 0, each.
     ctx2k = next(w for w in preset("pr7435-scale").workloads if w.name == "ctx2k")
     small_pool = next(w for w in preset("pr7435-scale-pool").workloads

@@ -46,7 +46,7 @@ HOG_TURNS = 3
 
 @attrs.frozen
 class Observed:
-    first: dict[str, str]  # session -> replica of turn 0
+    first: dict[str, str]  # session -> replica of its first turn
     later: dict[str, list[str]]  # session -> replicas of turns 1..3
     busy: str  # the replica the hog held
     served: list[Served]  # every request, as the replicas recorded it
@@ -174,7 +174,7 @@ def test_margin_two_moves_sessions_off_the_busy_replica(ray_cluster: None) -> No
     assert len(moved) == 2
     for session in SESSIONS:
         later = observed.later[session]
-        if session in moved:  # broken once at turn 1, then kept on the new pin
+        if session in moved:  # broken once at its second turn, then kept on the new pin
             assert later[0] != observed.busy
             assert later == [later[0]] * LATER_TURNS
         else:

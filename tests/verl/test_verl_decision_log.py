@@ -1,4 +1,4 @@
-"""The optional decision log (issue 5, item 4), written by the balancer actor.
+"""The optional decision log, written by the balancer actor.
 
 Off by default. When on: one record per state-changing call, in the format of
 :mod:`affinity_runtime.decision_log`, which replays through the core with zero
@@ -137,7 +137,7 @@ def test_returned_calls_are_on_disk_and_a_kill_loses_at_most_the_last_line(
 
 
 # --------------------------------------------------------------------------------------
-# One writer per path; failures reported (issue 12, item 1; R-LOG-2)
+# One writer per path; failures reported (R-LOG-2)
 
 
 def _affinity_replay(*paths: Path) -> subprocess.CompletedProcess[str]:

@@ -1,4 +1,4 @@
-"""The verl adapter's inline hot path equals its general path (issue 16).
+"""The verl adapter's inline hot path equals its general path.
 
 Theory of operation
 -------------------

@@ -169,12 +169,12 @@ def test_verl_client_sends_request_ids_when_declared(ray_cluster: None) -> None:
 
 
 def test_late_release_of_the_same_id_across_a_readd(trio: Any) -> None:
-    """R-LEASE-3: a key's leases settle oldest first, so turn 1's late release after a
-    remove/re-add is stale and turn 2 (same id, fresh stay) stays counted."""
+    """R-LEASE-3: a key's leases settle oldest first, so the first turn's late release after a
+    remove/re-add is stale and the second turn (same id, fresh stay) stays counted."""
     t = trio(["s0"])
-    t.do("acquire_server", request_id="conv")  # turn 1, stay 1
+    t.do("acquire_server", request_id="conv")  # first turn, stay 1
     t.do("remove_servers", server_ids=["s0"])
     t.do("add_servers", servers={"s0": None})
-    t.do("acquire_server", request_id="conv")  # turn 2 of the same id, stay 2
-    t.do("release_server", server_id="s0", request_id="conv")  # turn 1 ends, late
-    assert t.loads("s0")[2] == 1  # turn 2 is still in flight
+    t.do("acquire_server", request_id="conv")  # second turn of the same id, stay 2
+    t.do("release_server", server_id="s0", request_id="conv")  # the first turn ends, late
+    assert t.loads("s0")[2] == 1  # the second turn is still in flight

@@ -1,4 +1,4 @@
-"""Option parsing and validation at construction (issue 5, item 3; R-CFG-1, R-CFG-3).
+"""Option parsing and validation at construction (R-CFG-1, R-CFG-3).
 
 No Ray here: the plain class validates in its constructor, which is where the actor would
 fail. Every bad value must name the key, the value and the accepted range.

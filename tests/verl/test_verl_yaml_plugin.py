@@ -2,7 +2,7 @@
 
 verl loads the YAML in the driver (``OmegaConf.load``, path resolved against the working
 directory), imports ``router_class`` and creates ``Class.remote(servers, yaml_dict)``. A
-bad option must fail at construction (issue 5, item 3; R-CFG-1): with
+bad option must fail at construction (R-CFG-1): with
 ``AffinityLoadBalancer`` the actor dies in its constructor and every call re-raises the
 message; with ``AffinityLoadBalancerActor`` ``get_router_handle`` itself raises;
 ``validate_router_config`` checks the file before anything is created.

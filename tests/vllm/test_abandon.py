@@ -1,4 +1,4 @@
-"""Client abandonment and shutdown (issue 12): a client that leaves releases its slot at
+"""Client abandonment and shutdown: a client that leaves releases its slot at
 once, streaming or not, before or after the headers; it is counted and never a 500; a
 shutdown is bounded by ``--shutdown-grace``. Every scenario ends with in-flight 0 within
 2 s and a decision log that replays clean."""

@@ -1,4 +1,4 @@
-"""Bad input: clear 4xx errors, no crash, no leaked count (issue 6, item 5)."""
+"""Bad input: clear 4xx errors, no crash, no leaked count."""
 
 from __future__ import annotations
 

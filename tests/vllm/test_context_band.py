@@ -92,7 +92,7 @@ def test_bad_band_options_fail_at_startup(argv: list[str], message: str,
 @pytest.mark.parametrize("value", ["1.5", "nan", "abc", ""])
 def test_a_band_value_that_is_no_integer_names_the_range(
         flag: str, value: str, capsys: pytest.CaptureFixture[str]) -> None:
-    # newuser2: argparse said "invalid int value: '1.5'", naming no accepted range.
+    # Found by a new user: argparse said "invalid int value: '1.5'", naming no accepted range.
     argv = ["--margin", "1", "--affinity-break-tokens", "100", "--affinity-break-band-cap", "2"]
     argv[argv.index(flag) + 1] = value
     with pytest.raises(SystemExit) as exc:
@@ -104,7 +104,7 @@ def test_a_band_value_that_is_no_integer_names_the_range(
 
 
 def test_none_is_off_as_the_message_for_zero_says() -> None:
-    # newuser2: "--affinity-break-tokens must be null or an integer >= 1, got 0", and
+    # Found by a new user: "--affinity-break-tokens must be null or an integer >= 1, got 0", and
     # then "--affinity-break-tokens null" was refused.
     args = build_parser(["serve"]).parse_args(
         ["serve", "--backend", "http://h:1", "--margin", "1", "--affinity-break-tokens",
@@ -116,7 +116,7 @@ def test_none_is_off_as_the_message_for_zero_says() -> None:
 
 def test_the_readmes_example_of_a_bad_band_is_the_real_message(
         capsys: pytest.CaptureFixture[str]) -> None:
-    # newuser2: the README quoted the core's option names (affinity_break_band_cap ...
+    # Found by a new user: the README quoted the core's option names (affinity_break_band_cap ...
     # affinity_break_margin); the router prints its flags.
     text = " ".join((ROOT / "adapters/affinity_vllm/README.md").read_text().split())
     match = re.search(r"e\.g\. `affinity serve (--margin [^`]*?) \.\.\.` prints `([^`]*)`", text)

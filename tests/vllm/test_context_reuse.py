@@ -57,7 +57,7 @@ def _reports(f_or_router: Any, sid: str) -> dict[str, float]:
      "context_tokens 'off' never counts; accepted with it: estimate, tokenize "
      "(--context-reuse with --context-tokens off)"),
     ({**BAND, "context_reuse": "yes"}, "context_reuse must be True or False, got 'yes'"),
-    # newuser2: accepted, then every kept response parsed for a c the core ignores.
+    # Found by a new user: accepted, then every kept response parsed for a c the core ignores.
     ({**REUSE, "full_determinism": True}, "context_reuse scales the context band's c, "
      "which full_determinism ignores (pins are always kept, new keys hashed); accepted with it: "
      "full_determinism False (--context-reuse with --full-determinism)"),
@@ -115,11 +115,11 @@ def test_kept_turns_feed_the_meter_and_pinned_keys_send_the_scaled_length(
     prompt_2, cached_2 = seen[1]["prompt_tokens"], seen[1]["hit_tokens"]
     assert 0 < cached_2 < prompt_2  # a partial hit: the scaling is visible
     contexts = _contexts(log)
-    # turn 1: new, no pin; turn 2: pinned, but no continuing turn recorded yet; turn 3:
-    # scaled by turn 2's reuse; "other": not pinned, its prompt length.
+    # first turn: new, no pin; second: pinned, but no continuing turn recorded yet; third:
+    # scaled by the second's reuse; "other": not pinned, its prompt length.
     assert contexts == [64, 96, 128 * cached_2 // prompt_2, 150]
     assert contexts[2] is not None and contexts[2] < 128
-    # turns 2 and 3 were kept and recorded; turn 1 and "other" were new: nothing.
+    # the second and third turns were kept and recorded; the first and "other" were new: nothing.
     recorded = [(r["prompt_tokens"], r["hit_tokens"]) for r in seen[1:3]]
     assert status["context_band"]["reuse"][first] == {
         "cached_tokens": sum(h for _, h in recorded),
@@ -268,7 +268,7 @@ GOOD = {"prompt_tokens": 200, "completion_tokens": 1, "total_tokens": 201,
     (_json_body(GOOD)[:-20], "application/json", "invalid"),  # truncated
     (_stream_body(GOOD), "text/event-stream", "recorded"),
     (_stream_body(None), "text/event-stream", "no_usage"),  # no include_usage
-    (_stream_body(GOOD), "Text/Event-Stream", "recorded"),  # newuser2: read as JSON
+    (_stream_body(GOOD), "Text/Event-Stream", "recorded"),  # Found by a new user: read as JSON
     (_stream_body({**GOOD, "prompt_tokens_details": {"cached_tokens": -1}}),
      "text/event-stream", "invalid"),
 ])
@@ -326,7 +326,7 @@ def test_a_report_from_a_backend_that_left_the_pool_meanwhile_is_dropped() -> No
 
 
 def test_corrupt_huge_counts_are_invalid_and_status_still_answers() -> None:
-    """newuser2: eleven kept turns each reporting 4,299-digit counts were recorded; the
+    """Found by a new user: eleven kept turns each reporting 4,299-digit counts were recorded; the
     sums grew past the 4,300 digits Python formats, and GET /status answered 500 with a
     traceback in the log (and the meter's ratio was that report's, for good)."""
     huge = 9 * 10**4299
@@ -353,7 +353,7 @@ def test_corrupt_huge_counts_are_invalid_and_status_still_answers() -> None:
 
 
 def test_a_report_from_before_a_backend_left_and_returned_is_dropped() -> None:
-    """newuser2: a kept turn in flight while its backend left the pool and came back was
+    """Found by a new user: a kept turn in flight while its backend left the pool and came back was
     recorded into the returning backend's fresh sums (R-BAND-6: a server that leaves loses
     its sums; the turn measured the cache it had before it left)."""
     def leave_and_return(f: Fleet, first: str) -> None:

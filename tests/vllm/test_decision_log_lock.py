@@ -1,4 +1,4 @@
-"""A decision log that cannot be destroyed (issue 12, item 1; R-LOG-2).
+"""A decision log that cannot be destroyed (R-LOG-2).
 
 * Two real ``affinity serve`` processes on one ``--decision-log`` path: the second exits
   non-zero with an error naming the path and the first router's PID, whether it fails on

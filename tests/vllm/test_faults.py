@@ -1,7 +1,7 @@
 """Backend faults: removal, retry, re-pinning, re-adding, and no leaked counts.
 
 Each test ends with ``assert_idle``: every in-flight count and every lease is back to 0
-after the fault (issue 6, item 4).
+after the fault.
 """
 
 from __future__ import annotations

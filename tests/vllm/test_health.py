@@ -1,4 +1,4 @@
-"""Backend health (issue 12): 5xx runs eject, active checks bring a backend back after its
+"""Backend health: 5xx runs eject, active checks bring a backend back after its
 back-off, a slow backend is not ejected, /health and /status tell the truth, and counts
 stay exact through ejection and return with requests in flight."""
 

@@ -1,8 +1,8 @@
-"""HTTP edge cases found by a new user's adversarial pass (session "newuser"):
+"""HTTP edge cases found by a new user's adversarial pass:
 
 * a request whose Content-Length is shorter than its body, or a valid request followed by
   garbage on the same connection, still gets its own answer before the 400 and the close
-  (the router used to close at once and answer nothing);
+  (not a close at once with nothing answered);
 * a pipelined request that stalls past --header-timeout does not cut off the response
   in progress before it: that one completes, then the 408;
 * HEAD gets the head of the GET response and never a body (a body after a HEAD response

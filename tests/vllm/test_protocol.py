@@ -1,4 +1,4 @@
-"""Protocol hygiene and limits (issue 12): JSON 400s for every malformed input, read
+"""Protocol hygiene and limits: JSON 400s for every malformed input, read
 timeouts, a connection cap, query strings, end-to-end and hop-by-hop headers,
 X-Forwarded-For, chunked relay of huge bodies, and an overhead metric that starts at
 the request's first byte."""

@@ -56,7 +56,7 @@ CHUNK = {"id": "c", "choices": [{"index": 0, "text": " t1"}]}
     ({"prompt_tokens": 5, "prompt_tokens_details": [3]}, "invalid"),
     ("usage", "invalid"),
     (_usage(2**63 - 1, 2**63 - 1), (2**63 - 1, 2**63 - 1)),  # 64-bit counts: the limit
-    (_usage(2**63, 0), "invalid"),  # newuser2: beyond 64 bits was recorded
+    (_usage(2**63, 0), "invalid"),  # Found by a new user: beyond 64 bits was recorded
     (_usage(9 * 10**4299, 10**4299), "invalid"),
 ])
 def test_whole_bodies_count_only_well_formed_integers(usage: Any, expected: Any) -> None:

@@ -1,7 +1,7 @@
 """The record of one audit mutant: an exact source edit of one file of ``affinity_engine``.
 
 Kept apart from the catalogues so that each catalogue module (``catalogue.py``, the
-third set's ``catalogue_b3.py``) can import it without importing the other.
+third set's ``catalogue_operators.py``) can import it without importing the other.
 """
 
 from __future__ import annotations

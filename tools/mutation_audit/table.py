@@ -1,4 +1,4 @@
-"""Render an audit result (``run.py --out FILE``) as the markdown table of proofs/README.md.
+"""Render an audit result (``run.py --out FILE``) as the markdown table of the proofs audit record.
 
 Usage: ``python -m tools.mutation_audit.table audit.json``
 """

@@ -1,4 +1,4 @@
-"""The checks the third mutant audit (stop 13, ``b3_`` in tools/mutation_audit) added:
+"""The verify checks that kill the ``operator_`` mutants of tools/mutation_audit:
 SPEC's Default column (``check_defaults`` with its control), and the encoding clauses
 for an integral ``balance_rel_threshold``, an explicit external load of 0 and a negative
 initial load. Each is clean on the core and sees the bug the audit's survivor planted."""
@@ -30,7 +30,7 @@ def test_defaults_match_spec_and_see_their_control() -> None:
 
 
 def test_integral_rel_is_written_p(monkeypatch: pytest.MonkeyPatch) -> None:
-    """R-CODEC-1: ``"p"`` when q is 1 (b3_codec_rel_slash wrote ``"3/1"``)."""
+    """R-CODEC-1: ``"p"`` when q is 1 (operator_codec_rel_slash wrote ``"3/1"``)."""
     data = codec.config_to_json(Config(dual_threshold=DualThreshold(1, 3)))
     assert data["dual_threshold"]["balance_rel_threshold"] == "3"
     assert input_table.check_codec()[1] == []
@@ -50,8 +50,8 @@ def test_zero_external_and_negative_loads_on_decoding() -> None:
 
 
 def test_counter_exhibits() -> None:
-    """R-CNT-2 and R-ST-2 on the counters: the clauses b3_inv_counters_2 and
-    b3_inv_wf_broken loosened are each false on a built violation."""
+    """R-CNT-2 and R-ST-2 on the counters: the clauses operator_inv_counters_2 and
+    operator_inv_wf_broken loosened are each false on a built violation."""
     config = Config(affinity_break_margin=0)
     pre = initial_state(config, ["s0"])
     outcome = Acquired("s0", Path.NEW)
