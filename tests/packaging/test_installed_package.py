@@ -154,17 +154,6 @@ def _project(folder: Path) -> Path:
     return folder
 
 
-def test_recipe_snippets_run_the_jobs_commands() -> None:
-    blocks = recipe_blocks()
-    job = [line for line in blocks["job"].replace("\\\n", " ").splitlines()
-           if line and not line.startswith(("#", "set "))]
-    job = [" ".join(line.split("#")[0].split()) for line in job]
-    runs = [" ".join(line.split("- run:", 1)[1].split())
-            for line in blocks["github-actions"].splitlines() if "- run:" in line]
-    assert runs == job
-    assert "--affinity-impl" in blocks["pre-commit"]
-
-
 @pytest.mark.parametrize("kind", ["wheel", "sdist"])
 def test_installed_package_works_from_an_empty_folder(
         kind: str, dists: dict[str, Path], tmp_path: Path) -> None:
