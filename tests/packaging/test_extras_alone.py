@@ -5,9 +5,10 @@ A doc names one extra (``pip install 'affinity-routing[verl]'``); if the command
 needs a module that only another extra (or the checkout's ``[tests]``) brings, a user
 following the doc fails where the test suite, which installs everything, does not. So:
 
-* ``[verl]``: docs/verl.md's no-GPU setup (the extra, then ``verl==0.9.1 --no-deps``), as
-  the advice printed when verl's router module cannot be loaded gives it, then the doc's
-  ``yaml-preflight`` and ``yaml-plugin`` examples, each run on its own;
+* ``[verl]``: from the bare wheel, docs/verl.md's no-GPU setup (the extra, then
+  ``verl==0.9.1 --no-deps``) exactly as the error printed when verl's router module cannot
+  be loaded gives it, then the doc's ``yaml-preflight`` and ``yaml-plugin`` examples, each
+  run on its own;
 * ``[vllm]``: ``affinity serve`` in front of one backend (a stub HTTP server standing in for
   vLLM) and one completion through it, as adapters/affinity_vllm/README.md starts;
 * ``[sim]``: ``affinity simulate --preset smoke`` (README.md, sim/README.md);
@@ -116,12 +117,17 @@ def _hint_commands() -> list[list[str]]:
 
 
 def test_verl_extra_runs_the_docs_examples(wheel: Path, tmp_path: Path) -> None:
-    """The setup is the install advice's, as printed (so it must work from a wheel)."""
-    first, then = _hint_commands()
-    assert first[2:] == ["affinity-routing[verl]"], first
-    bindir = _install(tmp_path, f"{wheel}[verl]")
-    assert then[:2] == ["pip", "install"], then
-    _ok([str(bindir / "pip"), *then[1:2], "-q", "--no-compile", *then[2:]], tmp_path)
+    """From the bare wheel, the loader's error gives the setup; its commands, run as
+    printed (the package name resolves to the installed wheel, which no index has), make
+    the docs' examples run."""
+    bindir = _install(tmp_path, str(wheel))
+    load = [str(bindir / "python"), "-c", "from affinity_conformance.upstream import "
+            "load_upstream_router_module as load; load()"]
+    refused = _run(load, tmp_path)
+    assert refused.returncode != 0 and INSTALL_HINT in refused.stderr, refused.stderr
+    for command in _hint_commands():
+        assert command[:2] == ["pip", "install"], command
+        _ok([str(bindir / "pip"), "install", "-q", "--no-compile", *command[2:]], tmp_path)
     blocks = {name: body for _lang, _kind, name, body in
               FENCE.findall(VERL_DOC.read_text(encoding="utf-8"))}
     work = _empty(tmp_path)
