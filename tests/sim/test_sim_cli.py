@@ -129,6 +129,11 @@ def test_512_trajectories_x_8_turns_on_16_replicas_within_10_s() -> None:
 def test_smoke_preset_does_not_start_ray(capsys: pytest.CaptureFixture[str]) -> None:
     """Documented at about 2 s; a local Ray cluster alone takes about 30 s to start, so the
     smoke preset runs in local processes even where Ray is installed (no --no-ray here)."""
+    def ray_running() -> bool:  # another test of the session may have started one
+        ray = sys.modules.get("ray")
+        return ray is not None and bool(ray.is_initialized())
+
+    running_before = ray_running()
     code = main(["simulate", "--preset", "smoke", "--seeds", "2", "--workers", "2",
                  "--no-save", "--no-progress"])
     assert code == 0
@@ -136,8 +141,7 @@ def test_smoke_preset_does_not_start_ray(capsys: pytest.CaptureFixture[str]) -> 
     assert " steps in " in out
     backend = out.split(" steps in ", 1)[1].splitlines()[0]
     assert "ray" not in backend and "processes (2)" in backend, backend
-    ray = sys.modules.get("ray")
-    assert ray is None or not ray.is_initialized()
+    assert ray_running() == running_before
 
 
 def test_calibrated_default_preset_prints_its_caveat_beside_the_numbers(
