@@ -15,7 +15,8 @@ signatures:
    * ``kwargs``: the same keyword style with every option the constructor accepts
      (``tie_break``, ``hash_mode``, ``lease_accounting``, ``balance_abs_threshold`` /
      ``balance_rel_threshold`` or ``dual_threshold``) -- Affinity's own adapter;
-   * ``yaml``: verl's router plug-in path, ``IMPL(servers, {"router_class": ..., **options})``.
+   * ``yaml``: verl's router plug-in path,
+     ``IMPL(servers, {"router_class": ..., "full_determinism": b, **options})``.
 
    ``auto`` (the default) picks ``kwargs`` when a keyword construction works, else ``yaml``.
 
@@ -185,7 +186,9 @@ def _construct(factory: Callable[..., Any], convention: str, spec: str, servers:
                options: Mapping[str, Any]) -> Any:
     handles = dict.fromkeys(servers)
     if convention == "yaml":
-        return factory(handles, {"router_class": spec.replace(":", "."), **options})
+        # A router YAML states full_determinism: verl does not pass it to a plug-in.
+        return factory(handles, {"router_class": spec.replace(":", "."),
+                                 "full_determinism": False, **options})
     return factory(servers=handles, **options)
 
 

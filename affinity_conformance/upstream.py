@@ -64,9 +64,11 @@ __all__ = [
 ]
 
 EXPECTED_UPSTREAM_VERSION: Final = "0.9.1"
+# Commands that work wherever Affinity is installed, from a wheel as from a checkout: the
+# [verl] extra brings what verl's router module imports (cachetools, omegaconf, Ray).
 INSTALL_HINT: Final = (
-    "install it with `.venv/bin/pip install --no-deps verl==0.9.1` "
-    "(plus `.venv/bin/pip install -e '.[tests]'` for cachetools and omegaconf); "
+    "install with `pip install 'affinity-routing[verl]'`, then "
+    "`pip install --no-deps verl==0.9.1` (--no-deps: no torch); in a checkout, "
     "scripts/test.sh does both"
 )
 

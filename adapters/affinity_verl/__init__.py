@@ -2,7 +2,8 @@
 
 Three ways in (docs/verl.md has copy-paste examples):
 
-* verl's router YAML: ``router_class: affinity_verl.AffinityLoadBalancer`` plus options;
+* verl's router YAML: ``router_class: affinity_verl.AffinityLoadBalancer``,
+  ``full_determinism`` (required there: verl does not pass it) and other options;
 * ``load_balancer_cls=balancer_class_from_config(config)`` for ``LLMServerManager`` or
   ``get_router_handle``;
 * ``ray.remote(AffinityLoadBalancer).remote(servers=..., affinity_break_margin=2)``.
@@ -28,6 +29,7 @@ from .factory import (
 from .options import (
     ACCEPTED_KEYS,
     DEFAULT_TIE_BREAK,
+    TRAINER_DETERMINISM_ENV,
     BalancerOptions,
     OptionError,
     parse_options,
@@ -38,6 +40,7 @@ __all__ = [
     "DEFAULT_TIE_BREAK",
     "NO_SERVERS_MESSAGE",
     "ROUTER_CLASS_NAMES",
+    "TRAINER_DETERMINISM_ENV",
     "AffinityLoadBalancer",
     "AffinityLoadBalancerActor",
     "BalancerOptions",

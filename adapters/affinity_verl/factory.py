@@ -31,9 +31,12 @@ importable in the Ray workers, which an installed package is).
 the actor with ``Class.remote(servers, yaml_dict)``. With ``router_class:
 affinity_verl.AffinityLoadBalancer`` the options are validated in the actor's
 constructor: the actor fails at creation, and every call on it re-raises the error.
-:func:`validate_router_config` runs the same validation in the calling process, for a
-pre-flight check before training starts. ``router_class: affinity_verl.AffinityLoadBalancerActor``
-(see :mod:`affinity_verl.actor`) does that check inside verl's own ``get_router_handle``.
+verl does not pass the trainer's ``full_determinism`` on this path, so the YAML must state
+it (:mod:`affinity_verl.options`). :func:`validate_router_config` runs the same validation
+in the calling process, for a pre-flight check before training starts, and given the
+trainer config also refuses a ``full_determinism`` that differs from the trainer's.
+``router_class: affinity_verl.AffinityLoadBalancerActor`` (see :mod:`affinity_verl.actor`)
+does that check inside verl's own ``get_router_handle``.
 """
 
 from __future__ import annotations
@@ -171,11 +174,18 @@ def load_router_config(path: str | os.PathLike[str]) -> dict[str, Any]:
     return {str(k): v for k, v in loaded.items()}
 
 
-def validate_router_config(path: str | os.PathLike[str]) -> BalancerOptions:
+def validate_router_config(
+    path: str | os.PathLike[str], trainer_config: Any = None
+) -> BalancerOptions:
     """Pre-flight check of a router YAML: raises on any error verl would hit later.
 
-    Checks that ``router_class`` names this package's balancer and that every option is
-    accepted and in range; returns the parsed options.
+    Checks that ``router_class`` names this package's balancer, that the file sets
+    ``full_determinism`` and that every option is accepted and in range; returns the
+    parsed options. With ``trainer_config`` (the root config or its
+    ``actor_rollout_ref.rollout`` section), the file's ``full_determinism`` must also
+    equal the trainer's ``actor_rollout_ref.rollout.full_determinism`` (verl's default,
+    false, when the config leaves it out): verl 0.9.1 never passes that flag to a
+    router plug-in, so this is the place to catch a mismatch.
     """
     data = load_router_config(path)
     source = f"router config {os.fspath(path)}"
@@ -185,4 +195,14 @@ def validate_router_config(path: str | os.PathLike[str]) -> BalancerOptions:
             f"{source}: router_class must be one of {', '.join(ROUTER_CLASS_NAMES)}, "
             f"got {router_class!r}"
         )
-    return parse_options(data, None, source=source)
+    parsed = parse_options(data, None, source=source)
+    if trainer_config is not None:
+        trainer = options_from_verl_config(trainer_config).get("full_determinism", False)
+        if trainer != parsed.config.full_determinism:
+            raise OptionError(
+                f"{source}: full_determinism: {str(parsed.config.full_determinism).lower()} "
+                "disagrees with the trainer config's actor_rollout_ref.rollout."
+                f"full_determinism={trainer!r}; set full_determinism: "
+                f"{str(trainer).lower()} in the router YAML"
+            )
+    return parsed

@@ -14,7 +14,7 @@ The balancer is configured from three places, and all three go through
   ``cap >= margin``).
 
 Validation happens here, at construction or config load, never on the first request
-(issue 5, item 3; R-CFG-1): an unknown key names itself and the accepted keys, and a bad
+(R-CFG-1): an unknown key names itself and the accepted keys, and a bad
 value names the key, the value and the accepted range. Routing options are checked by
 :class:`affinity_engine.Config` itself; this module adds the adapter-only options (the
 decision log, whether routing requires it, and the tie-draw seed) and maps names.
@@ -25,6 +25,16 @@ core leaves open: ties are broken by a *draw* (``tie_break="draw"``), which is w
 from the core. ``"first"`` reproduces Aug-2026 main and PR #7435 and puts every new
 session of an idle pool on the first replica (hazard R-HAZ-1, the avalanche);
 ``"hashed"`` is deterministic and still spreads.
+
+**Determinism on the router-YAML path.** verl 0.9.1 forwards the trainer's
+``actor_rollout_ref.rollout.full_determinism`` only to its own balancer; a plug-in gets
+``(servers, yaml_dict)`` and nothing else, so a default here would silently turn a
+deterministic run into one with random ties. A router YAML (recognised by its
+``router_class`` key, which verl requires) must therefore set ``full_determinism`` itself.
+The one trace of the trainer's choice the balancer can see is ``VERL_FULL_DETERMINISM``:
+verl's ``run_ppo`` sets it to ``1`` when a rollout's ``full_determinism`` is true and
+forwards it (``0`` otherwise) to every Ray actor, this one included. When it is set, a
+YAML that disagrees is refused.
 """
 
 from __future__ import annotations
@@ -43,6 +53,8 @@ __all__ = [
     "DEFAULT_DECISION_LOG_BACKUPS",
     "DEFAULT_DECISION_LOG_MAX_BYTES",
     "DEFAULT_TIE_BREAK",
+    "ROUTER_YAML_MARKER",
+    "TRAINER_DETERMINISM_ENV",
     "BalancerOptions",
     "OptionError",
     "parse_options",
@@ -69,6 +81,9 @@ ADAPTER_KEYS = ("decision_log", "decision_log_backups", "decision_log_max_bytes"
                 "decision_log_required", "seed")
 IGNORED_KEYS = ("router_class",)  # verl's plug-in path passes the whole YAML dict
 ACCEPTED_KEYS: tuple[str, ...] = tuple(sorted((*ROUTING_KEYS, *ADAPTER_KEYS, *IGNORED_KEYS)))
+ROUTER_YAML_MARKER = "router_class"  # present in every dict verl's plug-in path passes
+# verl's run_ppo exports "1" (a rollout's full_determinism is true) or "0" to every actor.
+TRAINER_DETERMINISM_ENV = "VERL_FULL_DETERMINISM"
 
 
 class OptionError(ConfigError):
@@ -166,19 +181,53 @@ def _merge(
     return merged
 
 
+def _router_yaml_determinism(
+    merged: Mapping[str, Any], source: str, environ: Mapping[str, str]
+) -> None:
+    """A router YAML states ``full_determinism``, and agrees with the trainer's when
+    ``VERL_FULL_DETERMINISM`` shows it (see the module docstring)."""
+    if "full_determinism" not in merged:
+        raise OptionError(
+            f"{source}: the router YAML must set full_determinism: true or false, to the "
+            "value of actor_rollout_ref.rollout.full_determinism; verl 0.9.1 does not pass "
+            "the trainer's full_determinism to a router plug-in, so leaving it out would "
+            "silently route without determinism"
+        )
+    chosen = merged["full_determinism"]
+    if not isinstance(chosen, bool):
+        raise OptionError(
+            f"{source}: full_determinism must be true or false, got {_describe(chosen)}")
+    trainer = environ.get(TRAINER_DETERMINISM_ENV)
+    if trainer not in ("0", "1") or chosen == (trainer == "1"):
+        return
+    wanted = "true" if trainer == "1" else "false"
+    raise OptionError(
+        f"{source}: full_determinism: {str(chosen).lower()} disagrees with the trainer: "
+        f"{TRAINER_DETERMINISM_ENV}={trainer}, which verl's run_ppo sets to 1 when "
+        "actor_rollout_ref.rollout.full_determinism (or reward.reward_model.rollout."
+        f"full_determinism) is true and to 0 otherwise; set full_determinism: {wanted} in "
+        "the router YAML (accepted values: true, false)"
+    )
+
+
 def parse_options(
     config: Mapping[str, Any] | None = None,
     overrides: Mapping[str, Any] | None = None,
     *,
     source: str = "AffinityLoadBalancer",
+    environ: Mapping[str, str] | None = None,
 ) -> BalancerOptions:
     """Validate and map options; raises :class:`OptionError` naming key, value and range.
 
     ``config`` is a router YAML dict (or None); ``overrides`` are keyword options. A key
     may appear in both only with the same value. ``source`` prefixes every message, e.g.
-    the YAML path, so the user knows which file to fix.
+    the YAML path, so the user knows which file to fix. A router YAML (a ``config`` with
+    ``router_class``) must set ``full_determinism``, and it must agree with
+    ``VERL_FULL_DETERMINISM`` in ``environ`` (default: ``os.environ``) when that is set.
     """
     merged = _merge(config, overrides or {}, source)
+    if config is not None and ROUTER_YAML_MARKER in config:
+        _router_yaml_determinism(merged, source, os.environ if environ is None else environ)
     try:
         routing = Config(
             affinity_break_margin=merged.get("affinity_break_margin"),

@@ -39,6 +39,7 @@ model preset, default ``qwen2.5-32b-tp4-h200``).
 from __future__ import annotations
 
 import importlib
+import sys
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -51,7 +52,8 @@ from .routing import DEFAULT_POLICIES, parse_policies
 from .sweep import Sweep
 from .workload import Workload
 
-__all__ = ["MODELS", "PRESETS", "PresetError", "load_sweep", "preset", "workload_preset"]
+__all__ = ["CAVEATS", "MODELS", "PRESETS", "RAY_FREE_PRESETS", "PresetError", "load_sweep",
+           "preset", "workload_preset"]
 
 MODELS: dict[str, ReplicaModel] = {"qwen2.5-32b-tp4-h200": QWEN25_32B_TP4_H200}
 
@@ -172,6 +174,21 @@ def preset(name: str) -> Sweep:
 
 PRESETS = ("pr7435", *_PR_SCALE, "smoke", "perf")
 
+# Presets whose work takes seconds: starting a local Ray cluster (about 30 s) would dwarf
+# it, so they run in local processes unless --address names a cluster to join.
+RAY_FREE_PRESETS = ("smoke",)
+
+# What a reader must know next to a preset's numbers.
+CAVEATS = {
+    "pr7435": (
+        "pr7435's KV pools are calibrated to the PR's baseline hit rates, and with them the "
+        "simulation overstates the margin's gain 2-5x against PR #7435's own numbers; do "
+        "not read these as a forecast. For a prediction "
+        "made before looking at the PR's results, run --preset pr7435-scale (README.md, "
+        "sim/README.md)."
+    ),
+}
+
 
 def workload_preset(ref: str) -> Workload:
     """``"pr7435/ctx9k"`` -> that built-in workload."""
@@ -269,7 +286,10 @@ def load_sweep(path: str | Path) -> Sweep:
     except UnicodeDecodeError as exc:
         raise PresetError(f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
     if path.suffix == ".toml":
-        import tomllib  # Python >= 3.11
+        if sys.version_info >= (3, 11):
+            import tomllib
+        else:  # Python 3.10: the same parser, as the [sim] extra's tomli
+            import tomli as tomllib
 
         try:
             data: Any = tomllib.loads(text)

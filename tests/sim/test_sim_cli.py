@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import json
+import sys
 import time
 from pathlib import Path
 
 import pytest
 from affinity_sim.distributions import DistributionError, parse
-from affinity_sim.presets import PresetError, load_sweep, preset
+from affinity_sim.presets import CAVEATS, PresetError, load_sweep, preset
 from affinity_sim.routing import parse_policy
 from affinity_sim.simulate import simulate_step
 
@@ -123,3 +124,46 @@ def test_512_trajectories_x_8_turns_on_16_replicas_within_10_s() -> None:
     elapsed = time.perf_counter() - start
     assert result.turns == 512 * 8
     assert elapsed <= 10.0, f"{elapsed:.1f} s"
+
+
+def test_smoke_preset_does_not_start_ray(capsys: pytest.CaptureFixture[str]) -> None:
+    """Documented at about 2 s; a local Ray cluster alone takes about 30 s to start, so the
+    smoke preset runs in local processes even where Ray is installed (no --no-ray here)."""
+    def ray_running() -> bool:  # another test of the session may have started one
+        ray = sys.modules.get("ray")
+        return ray is not None and bool(ray.is_initialized())
+
+    running_before = ray_running()
+    code = main(["simulate", "--preset", "smoke", "--seeds", "2", "--workers", "2",
+                 "--no-save", "--no-progress"])
+    assert code == 0
+    out = capsys.readouterr().out
+    assert " steps in " in out
+    backend = out.split(" steps in ", 1)[1].splitlines()[0]
+    assert "ray" not in backend and "processes (2)" in backend, backend
+    assert ray_running() == running_before
+
+
+def test_calibrated_default_preset_prints_its_caveat_beside_the_numbers(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """pr7435 (the default) fits its pools to the PR's hit rates and overstates the gain
+    2-5x; its comparison with the PR is printed with that caveat right under it, and the
+    record keeps it. A preset without one prints none."""
+    json_path = tmp_path / "pr.json"
+    code = main(["simulate", "--seeds", "1", "--workloads", "ctx2k", "--policies", "margin-2",
+                 "--workers", "1", "--no-progress", "--json", str(json_path),
+                 "--png", str(tmp_path / "pr.png")])
+    assert code == 0
+    captured = capsys.readouterr()
+    out = " ".join(captured.out.split())  # rich wraps long lines
+    table = out.index("PR #7435's table next to the simulation")
+    caveat = out.index("caveat: pr7435's KV pools are calibrated", table)
+    assert "overstates the margin's gain 2-5x" in out[caveat:]
+    assert "--preset pr7435-scale" in out[caveat:]
+    assert "caveat:" in captured.err  # also before the run starts
+    assert json.loads(json_path.read_text())["caveat"] == CAVEATS["pr7435"]
+
+    main(["simulate", "--preset", "smoke", "--seeds", "1", "--workers", "1", "--no-save",
+          "--no-progress"])
+    assert "caveat" not in capsys.readouterr().out

@@ -45,6 +45,7 @@ def _run(tmp_path: Path, options_yaml: str) -> tuple[dict[str, list[Served]], di
     log = tmp_path / "lb.ndjson"
     yaml_path = tmp_path / "router.yaml"
     yaml_path.write_text("router_class: affinity_verl.AffinityLoadBalancer\n"
+                         "full_determinism: false\n"
                          f"tie_break: first\ndecision_log: {log}\n" + options_yaml)
     router = load_upstream_router_module()
     replicas = {name: FakeReplica.remote(name) for name in REPLICAS}

@@ -132,7 +132,8 @@ def test_margin_none_keeps_every_conversation_on_one_replica(
 ) -> None:
     router = load_upstream_router_module()
     yaml_path = tmp_path / "router.yaml"
-    yaml_path.write_text("router_class: affinity_verl.AffinityLoadBalancer\nseed: 11\n")
+    yaml_path.write_text("router_class: affinity_verl.AffinityLoadBalancer\n"
+                         "full_determinism: false\nseed: 11\n")
     replicas = _replicas()
     load_balancer = router.get_router_handle(replicas, router_config_path=str(yaml_path))
     try:

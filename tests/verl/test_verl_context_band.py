@@ -34,7 +34,8 @@ BAND: dict[str, Any] = {"affinity_break_margin": 0, "affinity_break_tokens": 100
 def test_band_options_are_accepted_keys_and_map_onto_the_core_config() -> None:
     assert {"affinity_break_tokens", "affinity_break_band_cap"} <= set(ACCEPTED_KEYS)
     yaml_dict = {"router_class": "affinity_verl.AffinityLoadBalancer",
-                 "affinity_break_margin": 1, "affinity_break_tokens": 4096}
+                 "full_determinism": False, "affinity_break_margin": 1,
+                 "affinity_break_tokens": 4096}
     options = parse_options(yaml_dict, {"affinity_break_band_cap": 4})
     assert options.config == Config(affinity_break_margin=1, affinity_break_tokens=4096,
                                     affinity_break_band_cap=4, tie_break="draw")
@@ -104,12 +105,12 @@ def test_verl_config_sets_the_band_in_the_rollout_section_or_under_custom() -> N
 
 def test_router_yaml_preflight_checks_the_band(tmp_path: Path) -> None:
     good = tmp_path / "router.yaml"
-    good.write_text("router_class: affinity_verl.AffinityLoadBalancer\n"
+    good.write_text("router_class: affinity_verl.AffinityLoadBalancer\nfull_determinism: false\n"
                     "affinity_break_margin: 1\naffinity_break_tokens: 8192\n"
                     "affinity_break_band_cap: 4\n")
     assert validate_router_config(good).config.affinity_break_tokens == 8192
     bad = tmp_path / "bad.yaml"
-    bad.write_text("router_class: affinity_verl.AffinityLoadBalancer\n"
+    bad.write_text("router_class: affinity_verl.AffinityLoadBalancer\nfull_determinism: false\n"
                    "affinity_break_margin: 1\naffinity_break_tokens: 8192\n"
                    "affinity_break_band_cap: 0\n")
     with pytest.raises(OptionError, match=f"router config {bad}: affinity_break_band_cap "

@@ -43,6 +43,7 @@ def test_defaults_equal_verl_091() -> None:
 def test_router_yaml_dict_and_keywords_map_onto_the_core_config() -> None:
     yaml_dict = {
         "router_class": "affinity_verl.AffinityLoadBalancer",  # accepted and ignored
+        "full_determinism": False,  # required on the router-YAML path
         "affinity_break_margin": 2,
         "tie_break": "hashed",
         "hash_mode": "stable",
@@ -123,13 +124,14 @@ def test_unwritable_decision_log_fails_at_construction(tmp_path: Path) -> None:
 def test_validate_router_config_preflight(tmp_path: Path) -> None:
     good = tmp_path / "good.yaml"
     good.write_text(
-        "router_class: affinity_verl.AffinityLoadBalancer\n"
+        "router_class: affinity_verl.AffinityLoadBalancer\nfull_determinism: false\n"
         "affinity_break_margin: 2\ntie_break: first\n"
     )
     assert validate_router_config(good).config.affinity_break_margin == 2
 
     bad = tmp_path / "bad.yaml"
-    bad.write_text("router_class: affinity_verl.AffinityLoadBalancer\naffinity_break_margin: -3\n")
+    bad.write_text("router_class: affinity_verl.AffinityLoadBalancer\n"
+                   "full_determinism: false\naffinity_break_margin: -3\n")
     with pytest.raises(OptionError, match=r"bad\.yaml: affinity_break_margin .* got -3"):
         validate_router_config(bad)
 

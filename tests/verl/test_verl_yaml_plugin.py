@@ -33,7 +33,7 @@ def _write(directory: Path, name: str, text: str) -> Path:
 def test_router_yaml_builds_our_balancer(ray_cluster: None, tmp_path: Path) -> None:
     router = load_upstream_router_module()
     path = _write(tmp_path, "router.yaml",
-                  "router_class: affinity_verl.AffinityLoadBalancer\n"
+                  "router_class: affinity_verl.AffinityLoadBalancer\nfull_determinism: false\n"
                   "affinity_break_margin: 2\ntie_break: first\nmax_cache_size: 64\n")
     lb = router.get_router_handle(dict(HANDLES), router_config_path=str(path))
     try:
@@ -50,7 +50,8 @@ def test_relative_path_resolves_against_the_working_directory(
     ray_cluster: None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     router = load_upstream_router_module()
-    _write(tmp_path, "rel.yaml", "router_class: affinity_verl.AffinityLoadBalancer\n")
+    _write(tmp_path, "rel.yaml", "router_class: affinity_verl.AffinityLoadBalancer\n"
+                                 "full_determinism: false\n")
     monkeypatch.chdir(tmp_path)
     assert validate_router_config("rel.yaml").config.affinity_break_margin is None
     lb = router.get_router_handle(dict(HANDLES), router_config_path="rel.yaml")
@@ -75,7 +76,8 @@ def test_bad_yaml_fails_at_construction(
 ) -> None:
     router = load_upstream_router_module()
     path = _write(tmp_path, "bad.yaml",
-                  f"router_class: affinity_verl.AffinityLoadBalancer\n{line}\n")
+                  "router_class: affinity_verl.AffinityLoadBalancer\n"
+                  f"full_determinism: false\n{line}\n")
 
     with pytest.raises(OptionError, match=message):  # pre-flight, nothing created
         validate_router_config(path)
@@ -90,7 +92,8 @@ def test_bad_yaml_fails_at_construction(
         ray.kill(lb)
 
     eager = _write(tmp_path, "eager.yaml",
-                   f"router_class: affinity_verl.AffinityLoadBalancerActor\n{line}\n")
+                   "router_class: affinity_verl.AffinityLoadBalancerActor\n"
+                   f"full_determinism: false\n{line}\n")
     with pytest.raises(OptionError, match=message):  # raised in the driver, by verl's call
         router.get_router_handle(dict(HANDLES), router_config_path=str(eager))
 
@@ -98,7 +101,8 @@ def test_bad_yaml_fails_at_construction(
 def test_actor_class_router_works_when_valid(ray_cluster: None, tmp_path: Path) -> None:
     router = load_upstream_router_module()
     path = _write(tmp_path, "eager.yaml",
-                  "router_class: affinity_verl.AffinityLoadBalancerActor\nseed: 3\n")
+                  "router_class: affinity_verl.AffinityLoadBalancerActor\n"
+                  "full_determinism: false\nseed: 3\n")
     lb = router.get_router_handle(dict(HANDLES), router_config_path=str(path))
     try:
         server_id, handle = call(lb, "acquire_server", request_id="t")
