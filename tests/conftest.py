@@ -16,6 +16,9 @@ import os
 
 from hypothesis import settings
 
+# pytester: tests/conformance/test_pytest_plugin.py runs pytest inside pytest.
+pytest_plugins = ["pytester"]
+
 settings.register_profile("dev", deadline=None)
 settings.register_profile("thorough", deadline=None, max_examples=5000, stateful_step_count=100)
 if not os.environ.get("CI"):
