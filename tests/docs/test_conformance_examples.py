@@ -66,6 +66,7 @@ def test_the_section_has_the_transcripts() -> None:
     assert not any("spec/vectors" in c or "tests/" in c for c in commands)
 
 
+@pytest.mark.verl  # the transcripts load verl 0.9.1's class
 @pytest.mark.parametrize("index", range(len(transcripts())))
 def test_a_transcript_runs_in_an_empty_folder(index: int, tmp_path: Path,
                                               monkeypatch: pytest.MonkeyPatch) -> None:
