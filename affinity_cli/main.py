@@ -41,7 +41,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "replay": ("affinity_conformance.cli_replay",
                "validate NDJSON decision logs against the spec"),
     "vectors": ("affinity_conformance.cli_vectors",
-                "generate or verify the conformance vectors in spec/vectors/"),
+                "generate, verify or export the conformance vectors (spec/vectors/)"),
 }
 
 
@@ -81,9 +81,10 @@ EXIT_STATUS: dict[str, str] = {
     "replay": "0 every record matches the spec; 1 a record diverges; 2 malformed input (a "
               "file that cannot be read or is not a decision log, a malformed line, a "
               "truncated last line without --allow-truncated)",
-    "vectors": "0 the vectors match (verify) or were written (generate); 1 verify found "
-               "differences; 2 bad input (a directory that is missing or a file, an --out "
-               "that cannot be created or is a non-empty folder that is not a vector tree, a "
+    "vectors": "0 the vectors match (verify), were written (generate) or exported (export); "
+               "1 verify found differences; 2 bad input (a directory that is missing or a "
+               "file, an --out that cannot be created or is a non-empty folder that is not a "
+               "vector tree, an export DIR that is not empty or cannot be written, a "
                "generation failure)",
 }
 

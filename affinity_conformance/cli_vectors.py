@@ -1,22 +1,30 @@
-"""``affinity vectors generate|verify``: rebuild or verify the conformance vectors.
+"""``affinity vectors generate|verify|export``: rebuild, verify or export the vectors.
 
 ``verify`` compares a fresh in-memory generation with a directory (default: the vectors
 shipped in the package, which are ``spec/vectors/`` in a checkout). ``generate`` is a
 writer, so it takes an explicit ``--out`` (``--out spec/vectors`` in a checkout).
+``export DIR`` copies the shipped tree as a consumer in another language needs it -- the
+README (the consumer contract), ``MANIFEST.json``, ``schema/*.json`` and every case the
+manifest lists -- byte for byte, checking each case against the manifest; it works from
+an installed wheel, without a checkout.
 
-Exit status: 0 the vectors match (verify) or were written (generate); 1 verify found
-differences; 2 bad input -- a directory option that is missing or a file (an input
-directory is never read as empty), an ``--out`` that cannot be created or is a non-empty
-folder without a vector manifest (generate would replace its ``*/*.json`` files), or a
-generation failure -- with a one-line message and no traceback.
+Exit status: 0 the vectors match (verify), were written (generate) or exported (export);
+1 verify found differences; 2 bad input -- a directory option that is missing or a file
+(an input directory is never read as empty), an ``--out`` that cannot be created or is a
+non-empty folder without a vector manifest (generate would replace its ``*/*.json``
+files), an export ``DIR`` that exists and is not empty or cannot be written, a shipped
+file that is missing or differs from the manifest, or a generation failure -- with a
+one-line message and no traceback.
 """
 
 from __future__ import annotations
 
 import argparse
+import shutil
 import sys
+from pathlib import Path
 
-from affinity_cli.paths import existing_dir, output_dir
+from affinity_cli.paths import dir_problem, existing_dir, output_dir
 
 from .counterexamples import TraceError
 from .generate import (
@@ -28,9 +36,9 @@ from .generate import (
 )
 from .scenario import ScenarioError
 from .shipped import shipped_vectors
-from .vector_format import MANIFEST_NAME, VectorError
+from .vector_format import MANIFEST_NAME, VectorError, file_digest, load_manifest
 
-__all__ = ["register"]
+__all__ = ["export_tree", "register"]
 
 DEFAULT_DIR = shipped_vectors()
 
@@ -46,6 +54,12 @@ def register(parser: argparse.ArgumentParser) -> None:
                          description="Regenerate in memory and compare with a directory.")
     ver.add_argument("--dir", type=existing_dir, default=DEFAULT_DIR,
                      help=f"vector directory (default: the shipped vectors, {DEFAULT_DIR})")
+    exp = sub.add_parser("export", help="copy the shipped vectors with their README and schema",
+                         description="Write the shipped vector tree (README.md, MANIFEST.json, "
+                                     "schema/, <suite>/<case>.json) to a new or empty DIR, "
+                                     "for a consumer that does not use Python.")
+    exp.add_argument("dir", type=Path, metavar="DIR",
+                     help="destination: a new directory or an empty one")
     for p in (gen, ver):
         p.add_argument("--counterexamples", type=existing_dir, default=COUNTEREXAMPLE_DIR,
                        help="proof counterexample traces (default: the shipped "
@@ -56,7 +70,56 @@ def register(parser: argparse.ArgumentParser) -> None:
     parser.set_defaults(run=run)
 
 
+def export_tree(source: Path, dest: Path) -> int:
+    """Copy the vector tree at ``source`` to ``dest``; the number of cases copied.
+
+    Raises VectorError when a listed case is missing or differs from the manifest, or the
+    README or schema is missing: an export is complete or refused.
+    """
+    manifest = load_manifest(source)
+    schemas = sorted(p.relative_to(source) for p in (source / "schema").glob("*.json"))
+    if not (source / "README.md").is_file() or not schemas:
+        raise VectorError(f"{source}: README.md or schema/*.json missing from this install")
+    cases = [Path(rel) for rel in sorted(manifest["files"])]
+    for rel in cases:
+        path = source / rel
+        if len(rel.parts) != 2 or ".." in rel.parts or rel.suffix != ".json":
+            raise VectorError(f"{source / MANIFEST_NAME}: {str(rel)!r} is not <suite>/<case>.json")
+        if not path.is_file():
+            raise VectorError(f"{path}: listed in {MANIFEST_NAME} but missing")
+        if file_digest(path.read_bytes()) != manifest["files"][str(rel)]:
+            raise VectorError(f"{path}: differs from its sha256 in {MANIFEST_NAME}")
+    for rel in [Path(MANIFEST_NAME), Path("README.md"), *schemas, *cases]:
+        (dest / rel).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(source / rel, dest / rel)
+    return len(cases)
+
+
+def run_export(args: argparse.Namespace) -> int:
+    dest: Path = args.dir
+    why = dir_problem(dest)
+    if why is None and dest.is_dir() and any(dest.iterdir()):
+        why = f"{dest} is not empty: choose a new or empty directory"
+    if why is not None:
+        print(f"affinity vectors export: {why}", file=sys.stderr)
+        return 2
+    source = shipped_vectors()
+    try:
+        count = export_tree(source, dest)
+    except VectorError as exc:
+        print(f"affinity vectors export: {exc}", file=sys.stderr)
+        return 2
+    except OSError as exc:
+        print(f"affinity vectors export: cannot write {dest}: {exc.strerror or exc}",
+              file=sys.stderr)
+        return 2
+    print(f"exported {count} vectors with README.md, {MANIFEST_NAME} and schema/ to {dest}")
+    return 0
+
+
 def run(args: argparse.Namespace) -> int:
+    if args.vectors_command == "export":
+        return run_export(args)
     out = getattr(args, "out", None)
     if out is not None and out.is_dir() and any(out.iterdir()) and not (
             out / MANIFEST_NAME).is_file():

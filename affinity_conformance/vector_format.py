@@ -8,8 +8,11 @@ initial state, and ordered steps. spec/vectors/README.md is the consumer's contr
 this module is its Python reading, shared by the reference consumer
 (:mod:`affinity_conformance.vector_runner`), ``affinity check`` and the generator.
 
-* Text: the canonical JSON of the case (:func:`affinity_engine.canonical_dumps`: UTF-8,
-  sorted keys, compact separators, integers only) followed by one newline.
+* Text: the canonical JSON of the case (:func:`affinity_core.canonical_dumps`: UTF-8,
+  sorted keys, compact separators, non-ASCII unescaped) followed by one newline. Numbers
+  are integers except where a case must carry a float (a validation config, a malformed
+  event); :func:`case_text` refuses a float anywhere else and one whose text would need an
+  exponent (spec/vectors/README.md, "Canonical JSON").
 * ``_info.sha256`` is the SHA-256 of the canonical JSON of the case *without* ``_info``;
   ``MANIFEST.json`` holds the SHA-256 of every file's bytes.
 * A case is either *valid* (``config`` and ``initial_state`` decode, ``steps`` run) or
@@ -29,6 +32,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -65,6 +69,7 @@ __all__ = [
     "case_digest",
     "case_text",
     "file_digest",
+    "float_problems",
     "levels_of",
     "load_case",
     "load_manifest",
@@ -143,8 +148,58 @@ def seal(case: Mapping[str, Any]) -> dict[str, Any]:
     return {**body, "_info": {"generator": GENERATOR, "sha256": case_digest(body)}}
 
 
+def float_problems(case: Mapping[str, Any]) -> list[str]:
+    """Where ``case`` breaks the README's number rules (empty when it keeps them).
+
+    A float may appear only in a ``validation`` case's ``config`` (a value as a user writes
+    it: ``2.0``, ``-0.0``, ``0.5``) or in the event of a malformed-event step; elsewhere
+    every number is an integer. Its text is Python's ``repr`` (shortest round trip, always a
+    fraction part), which has no exponent only for 1e-4 <= |x| < 1e16 and zero: a consumer
+    then never meets ``1e+16`` and the text it compares is the text of this module.
+    """
+    problems: list[str] = []
+
+    def allowed(path: tuple[Any, ...]) -> bool:
+        if path[:1] == ("config",):
+            return case.get("suite") == "validation"
+        if len(path) >= 3 and path[0] == "steps" and path[2] == "event":
+            steps = case.get("steps")
+            step = steps[path[1]] if isinstance(steps, list) else None
+            return (isinstance(step, dict) and step.get("valid") is False
+                    and isinstance(step.get("error"), dict)
+                    and step["error"].get("stage") == "event")
+        return False
+
+    def walk(value: Any, path: tuple[Any, ...]) -> None:
+        if isinstance(value, Mapping):
+            for key, item in value.items():
+                walk(item, (*path, key))
+        elif isinstance(value, list):
+            for index, item in enumerate(value):
+                walk(item, (*path, index))
+        elif isinstance(value, float):
+            where = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in path)
+            text = repr(value)
+            if not allowed(path):
+                problems.append(f"{where.lstrip('.')}: float {text} where the format has "
+                                "integers only (floats: a validation config, a malformed event)")
+            elif not re.fullmatch(r"-?[0-9]+\.[0-9]+", text):
+                problems.append(f"{where.lstrip('.')}: float {text} has no canonical text "
+                                "(finite, 1e-4 <= |x| < 1e16 or zero, written without exponent)")
+
+    walk(case, ())
+    return problems
+
+
 def case_text(case: Mapping[str, Any]) -> str:
-    """The exact file text of a case: canonical JSON and one newline."""
+    """The exact file text of a case: canonical JSON and one newline.
+
+    Raises :class:`VectorError` for a float the format does not allow (:func:`float_problems`).
+    """
+    problems = float_problems(case)
+    if problems:
+        name = f"{case.get('suite', '?')}/{case.get('case', '?')}"
+        raise VectorError(f"{name}: {problems[0]}")
     return canonical_dumps(case) + "\n"
 
 

@@ -145,14 +145,24 @@ def register(parser: argparse.ArgumentParser) -> None:
                         "(default: a new temporary directory, printed)")
     shrink.add_argument("--json", action="store_true", help="print the report as JSON")
     env = parser.add_argument_group("environment")
-    env.add_argument("--routers-venv", type=Path, default=DEFAULT_ROUTERS_VENV, metavar="DIR",
-                     help="venv holding vllm-router / sglang-router (default .venv-routers)")
+    env.add_argument("--routers-venv", type=_absolute_path, default=DEFAULT_ROUTERS_VENV,
+                     metavar="DIR",
+                     help="venv holding vllm-router / sglang-router, relative to the current "
+                          f"directory (default: {DEFAULT_ROUTERS_VENV})")
     env.add_argument("--install-routers", action="store_true",
                      help=f"create --routers-venv with {' '.join(ROUTER_PACKAGES)} if missing")
     parser.set_defaults(run=run)
 
 
 _positive = int_at_least(1)
+
+
+def _absolute_path(text: str) -> Path:
+    # The router runs in another working directory: a relative venv would be looked up
+    # there (it installed fine, then the router "did not exist").
+    if not text:
+        raise argparse.ArgumentTypeError("expected a path, got an empty string")
+    return Path(text).expanduser().absolute()
 _non_negative = int_at_least(0)
 
 

@@ -26,9 +26,13 @@ without a session key is answered (sglang-router registers workers asynchronousl
 it starts listening), measures the round-trip of a few such requests (the settle delay is
 calibrated from it), and stops the group by PID.
 
-The Rust routers live in their own venv (default ``.venv-routers``), created on first use
-with ``pip install vllm-router==0.1.17 sglang-router==0.3.2`` -- the same pins as
-``benchmarks/bench_router.py``.
+The Rust routers live in their own venv, created on first use with ``pip install
+vllm-router==0.1.17 sglang-router==0.3.2`` -- the same pins as
+``benchmarks/bench_router.py``. Its default (:func:`default_routers_venv`) is
+``.venv-routers`` in a checkout and a per-user cache folder otherwise: from a wheel the
+package sits in site-packages, which is no place for a 220 MB venv (and may be read-only).
+Every venv path is made absolute against the directory the command was started in before
+it is used, because the router process runs in another working directory.
 """
 
 from __future__ import annotations
@@ -50,12 +54,25 @@ import attrs
 
 from .fleet import MODEL
 
-__all__ = ["PRESETS", "ROUTER_PACKAGES", "Preset", "PresetError", "RouterProcess",
-           "ensure_routers_venv", "expand", "free_port", "routers_available"]
+__all__ = ["DEFAULT_ROUTERS_VENV", "PRESETS", "ROUTER_PACKAGES", "Preset", "PresetError",
+           "RouterProcess", "default_routers_venv", "ensure_routers_venv", "expand",
+           "free_port", "routers_available"]
 
 ROUTER_PACKAGES = ("vllm-router==0.1.17", "sglang-router==0.3.2")
 REPO_ROOT = Path(__file__).resolve().parents[2]
-DEFAULT_ROUTERS_VENV = REPO_ROOT / ".venv-routers"
+
+
+def default_routers_venv(repo_root: Path = REPO_ROOT) -> Path:
+    """``<checkout>/.venv-routers`` in a checkout (``repo_root`` holds ``pyproject.toml``);
+    otherwise ``$XDG_CACHE_HOME/affinity-routing/venv-routers`` (``~/.cache`` when unset),
+    never inside site-packages."""
+    if (repo_root / "pyproject.toml").is_file():
+        return repo_root / ".venv-routers"
+    cache = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(cache).absolute() / "affinity-routing" / "venv-routers"
+
+
+DEFAULT_ROUTERS_VENV = default_routers_venv()
 
 
 class PresetError(ValueError):
@@ -118,7 +135,8 @@ def expand(template: Sequence[str], *, port: int, metrics_port: int, backends: S
            band: tuple[int, int] | None = None) -> list[str]:
     """The command line for ``template`` (see the module docstring for placeholders)."""
     values = {"port": str(port), "metrics_port": str(metrics_port), "python": sys.executable,
-              "routers": str(routers), "margin": "none" if margin is None else str(margin),
+              "routers": str(Path(routers).absolute()),
+              "margin": "none" if margin is None else str(margin),
               "cache_size": str(cache_size),
               "band_tokens": "none" if band is None else str(band[0]),
               "band_cap": "none" if band is None else str(band[1])}
@@ -159,7 +177,9 @@ def routers_available(venv: Path = DEFAULT_ROUTERS_VENV) -> bool:
 
 
 def ensure_routers_venv(venv: Path = DEFAULT_ROUTERS_VENV) -> Path:
-    """Create ``venv`` with the pinned routers when missing (about 30 s, 220 MB)."""
+    """Create ``venv`` with the pinned routers when missing (about 30 s, 220 MB); the
+    absolute path of the venv."""
+    venv = venv.absolute()
     marker = venv / ".affinity-routers"
     if not marker.exists():
         subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)

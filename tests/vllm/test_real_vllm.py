@@ -6,8 +6,9 @@ prefix caching on, 64 KV blocks of 128 tokens and one core each. The servers are
 started once for the module and always stopped by process group.
 
 This tier runs in ``.ci/run``: ``scripts/test.sh`` installs ``.venv-vllm`` (see
-``scripts/setup-vllm.sh``) and exports ``AFFINITY_VLLM_PYTHON``. Without it the tests
-fail, unless ``AFFINITY_ALLOW_NO_VLLM=1`` says that skipping is intended.
+``scripts/setup-vllm.sh``) and exports ``AFFINITY_VLLM_PYTHON``. Tier ``vllm`` of the skip
+policy (tests/conftest.py): without it the tests skip outside CI and fail under CI unless
+opted out (``AFFINITY_OPT_OUT=vllm``; ``AFFINITY_ALLOW_NO_VLLM=1`` counts as that).
 """
 
 from __future__ import annotations
@@ -27,18 +28,13 @@ from affinity_vllm.workload import RequestResult, Session, drive, skewed_session
 
 from .fleet import router_over, run, wait_until
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.vllm]  # tests/conftest.py: the skip policy
 
 
 @pytest.fixture(scope="module")
 def servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[VllmFleet]:
     python = vllm_python()
-    if python is None:
-        if os.environ.get("AFFINITY_ALLOW_NO_VLLM") == "1":
-            pytest.skip("AFFINITY_VLLM_PYTHON unset and AFFINITY_ALLOW_NO_VLLM=1")
-        pytest.fail("AFFINITY_VLLM_PYTHON is not set: run `bash scripts/setup-vllm.sh` and "
-                    "export AFFINITY_VLLM_PYTHON=$PWD/.venv-vllm/bin/python (or set "
-                    "AFFINITY_ALLOW_NO_VLLM=1 to skip the real tier deliberately)")
+    assert python is not None  # the vllm tier's probe ran first (tests/conftest.py)
     model = build_tiny_model(python, tmp_path_factory.mktemp("tiny-model"))
     logs = Path(os.environ.get("AFFINITY_VLLM_LOG_DIR") or tmp_path_factory.mktemp("vllm-logs"))
     with VllmFleet(python, model, logs, count=2, gpu_blocks=64) as fleet:
