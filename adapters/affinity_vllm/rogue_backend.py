@@ -4,10 +4,11 @@
 Theory of operation
 -------------------
 A raw asyncio server -- no HTTP framework, so it can send what a framework would not.
-It answers ``GET /health`` with 200 and every other request according to its
-``x-rogue`` header (or, without one, a mode drawn from :data:`FUZZ_MODES` by a seeded
-RNG), with a JSON body ``{"id": <x-request-tag>}``: whoever receives that body can tell
-whose answer it is. Modes:
+It answers every GET (``/health`` and the other probes routers send) with 200 ``{}``
+and every POST according to its ``x-rogue`` header or body field ``rogue`` (or, without
+either, a mode drawn from :data:`FUZZ_MODES` by a seeded RNG), with a JSON body ``{"id":
+<x-request-tag header or body field tag>}``: whoever receives that body can tell whose
+answer it is. Modes:
 
 * ``ok`` -- the answer; ``interim`` -- one to three 1xx (100, 102, 103) first;
 * ``stray_after`` -- the answer, and a copy of it right behind it in the same write
@@ -81,11 +82,12 @@ class RogueBackend:
                     name, _, value = line.partition(b":")
                     headers[name.strip().lower()] = value.strip()
                 length = int(headers.get(b"content-length", b"0"))
-                if length:
-                    await reader.readexactly(length)
-                if target == b"/health":
-                    writer.write(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\n{}")
+                body = await reader.readexactly(length) if length else b""
+                if lines[0].startswith(b"GET "):
+                    writer.write(b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\n"
+                                 b"content-length: 2\r\n\r\n{}")
                     continue
+                _from_body(body, headers)
                 self.requests.append((target, headers))
                 if not await self._answer(headers, writer):
                     return
@@ -135,6 +137,19 @@ class RogueBackend:
         else:
             writer.write(answer)
         return True
+
+
+def _from_body(body: bytes, headers: dict[bytes, bytes]) -> None:
+    """Body fields ``tag`` / ``rogue`` stand in for the headers (a router may drop
+    unknown headers but forwards the body)."""
+    try:
+        fields = json.loads(body)
+    except ValueError:
+        return
+    if isinstance(fields, dict):
+        for field, header in (("tag", b"x-request-tag"), ("rogue", b"x-rogue")):
+            if isinstance(fields.get(field), str) and header not in headers:
+                headers[header] = fields[field].encode()
 
 
 def main(argv: list[str] | None = None) -> None:
