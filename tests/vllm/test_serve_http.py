@@ -23,8 +23,14 @@ import asyncio
 import contextlib
 import errno
 import json
+import os
+import re
+import resource
+import socket
 import subprocess
 import sys
+import time
+import urllib.request
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -515,3 +521,69 @@ def test_a_slow_reader_is_not_blamed_on_the_backend() -> None:
             assert f.router.metrics.backend_errors.get(backend, "mid_stream") == 0
             await settle(f)
     run(scenario())
+
+
+def test_audit_fd_scenario_on_the_command_line_keeps_the_backend() -> None:
+    """The audit: ``ulimit -n 1024`` and 1,100 idle client connections made upstream
+    connects fail, counted as the backend refusing, and ejected it. Now the router
+    serves fewer connections (fitted to the limit, said at start), and a request on an
+    early connection still reaches the backend, which stays in the pool."""
+    def limit() -> None:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (1024, 1024))
+
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    stub = subprocess.Popen([sys.executable, "-m", "affinity_vllm.stub", "--name", "p"],
+                            stdout=subprocess.PIPE, text=True, env=env)
+    router: subprocess.Popen[str] | None = None
+    idle: list[socket.socket] = []
+    try:
+        assert stub.stdout is not None
+        stub_port = int(stub.stdout.readline().split()[1])
+        router = subprocess.Popen(
+            [sys.executable, "-m", "affinity_cli.main", "serve", "--port", "0",
+             "--backend", f"http://127.0.0.1:{stub_port}", "--health-interval", "60"],
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
+            preexec_fn=limit)
+        assert router.stdout is not None
+        lines: list[str] = []
+        while True:
+            line = router.stdout.readline()
+            assert line, lines
+            lines.append(line)
+            if "listening on" in line:
+                break
+        assert any("ulimit -n" in seen and "serving at most" in seen for seen in lines), lines
+        port = int(re.findall(r":(\d+) ", lines[-1])[0])
+        first = socket.create_connection(("127.0.0.1", port))
+        for _ in range(1100):
+            idle.append(socket.create_connection(("127.0.0.1", port)))
+        time.sleep(1.0)  # the router accepts up to its limit (before: every descriptor)
+        body = b'{"model": "tiny", "prompt": "hi", "max_tokens": 2}'
+        first.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: r\r\nx-session-id: s\r\n"
+                      b"Content-Type: application/json\r\nConnection: close\r\n"
+                      b"Content-Length: %d\r\n\r\n" % len(body) + body)
+        first.settimeout(10)
+        reply = b""
+        while chunk := first.recv(65536):
+            reply += chunk
+        assert reply.startswith(b"HTTP/1.1 200"), reply[:300]
+        first.close()
+        for sock in idle:
+            sock.close()
+        idle.clear()
+        metrics = urllib_get(port, "/metrics")
+        assert 'affinity_router_pool_changes_total{change="removed"} 0' in metrics
+        assert f'affinity_router_backend_up{{backend="http://127.0.0.1:{stub_port}"}} 1' in (
+            metrics)
+    finally:
+        for sock in idle:
+            sock.close()
+        for proc in (router, stub):
+            if proc is not None:
+                proc.terminate()
+                proc.wait(timeout=10)
+
+
+def urllib_get(port: int, path: str) -> str:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=10) as resp:
+        return str(resp.read().decode())
