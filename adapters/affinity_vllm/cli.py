@@ -72,8 +72,8 @@ def register(parser: argparse.ArgumentParser) -> None:
 
     route = parser.add_argument_group("routing")
     route.add_argument("--backend", action="append", required=True, metavar="URL",
-                       help="base URL of a vLLM server, e.g. http://127.0.0.1:8000; repeat "
-                       "for each backend (required)")
+                       help="base URL of a vLLM server, e.g. http://127.0.0.1:8000 (plain "
+                       "http:// only; https:// is refused); repeat for each backend (required)")
     route.add_argument("--margin", type=_margin, default=d.margin.default, metavar="N|none",
                        help="affinity_break_margin: keep a session's pin while its backend's "
                        "load <= least load + N; 'none' never breaks a pin (default: none)")
@@ -149,14 +149,21 @@ def register(parser: argparse.ArgumentParser) -> None:
                      help="bind port; 0 picks a free one (default: %(default)s)")
     net.add_argument("--max-body-bytes", type=int, default=d.max_body_bytes.default,
                      help="larger request bodies get 413 (default: %(default)s)")
+    net.add_argument("--body-memory-budget", type=int,
+                     default=d.body_memory_budget.default, metavar="BYTES",
+                     help="request bodies held in memory by all connections at once; a "
+                     "body that does not fit gets 503; at least --max-body-bytes "
+                     "(default: %(default)s)")
     net.add_argument("--max-header-bytes", type=int, default=d.max_header_bytes.default,
                      help="longest accepted request line / header field; longer ones are "
                      "refused with 400 (default: %(default)s)")
     net.add_argument("--max-concurrency", type=int, default=d.max_concurrency.default,
                      help="requests proxied at once; more get 503 (default: %(default)s)")
     net.add_argument("--max-connections", type=int, default=d.max_connections.default,
-                     help="open client connections; more get 503 and are closed "
-                     "(default: %(default)s)")
+                     help="open client connections; more get 503 and are closed. Each "
+                     "needs about 2 open files: at start the open-file limit (ulimit -n) is "
+                     "raised toward its hard limit, and if it is still short this is "
+                     "lowered to fit, with a warning (default: %(default)s)")
     net.add_argument("--header-timeout", type=float, default=d.header_timeout.default,
                      help="seconds from a request's first byte to the end of its headers; "
                      "slower requests get 408 (default: %(default)s)")
@@ -167,8 +174,10 @@ def register(parser: argparse.ArgumentParser) -> None:
                      help="seconds a keep-alive client connection may idle between requests "
                      "(default: %(default)s)")
     net.add_argument("--shutdown-grace", type=float, default=d.shutdown_grace.default,
-                     help="on SIGTERM/SIGINT, seconds open requests may still finish; then "
-                     "they are cancelled and released (default: %(default)s)")
+                     help="on SIGTERM/SIGINT the router stops accepting, closes idle "
+                     "connections and answers open requests with 'Connection: close'; "
+                     "this many seconds later those still open are cancelled and released "
+                     "(default: %(default)s)")
     net.add_argument("--connect-timeout", type=float, default=d.connect_timeout.default,
                      help="seconds to connect to a backend; on expiry the request is retried "
                      "once elsewhere and the failure counts toward ejection "
@@ -185,6 +194,16 @@ def register(parser: argparse.ArgumentParser) -> None:
                         "re-added (default: %(default)s)")
     health.add_argument("--health-timeout", type=float, default=d.health_timeout.default,
                         help="timeout of one health check, scrape or /tokenize call "
+                        "(default: %(default)s)")
+    health.add_argument("--health-failure-threshold", type=int,
+                        default=d.health_failure_threshold.default, metavar="N",
+                        help="remove a backend after N consecutive failed health checks; "
+                        "never the last routable one by health checks alone "
+                        "(default: %(default)s)")
+    health.add_argument("--health-success-threshold", type=int,
+                        default=d.health_success_threshold.default, metavar="N",
+                        help="re-add a removed backend after N consecutive passed health "
+                        "checks (an ejected one also waits out its back-off) "
                         "(default: %(default)s)")
     health.add_argument("--eject-5xx", type=int, default=d.eject_5xx.default, metavar="N",
                         help="eject a backend after N consecutive 5xx answers (never the last "
@@ -254,6 +273,9 @@ def options_from_args(args: argparse.Namespace) -> RouterOptions:
         scrape_metrics=args.scrape_metrics, scrape_interval=args.scrape_interval,
         decision_log=args.decision_log, decision_log_max_bytes=args.decision_log_max_bytes,
         require_decision_log=args.require_decision_log,
+        health_failure_threshold=args.health_failure_threshold,
+        health_success_threshold=args.health_success_threshold,
+        body_memory_budget=args.body_memory_budget,
     )
 
 

@@ -21,8 +21,13 @@ Guards (what turns an observation into a signal):
   fault); a refused connection does, since nothing is listening;
 * a read timeout is *not* a failure: a slow request is not a dead backend
   (``backend_errors_total{kind="timeout"}`` counts it; the active check decides);
-* an active check that passes is ``RETURN`` if the backend's back-off has elapsed and
-  ``PROBE_PASS`` otherwise; one that fails is ``PROBE_FAIL``.
+* active checks count in runs, as vllm-router's: ``failure_threshold`` consecutive
+  failed checks make ``PROBE_FAIL`` (default 3: one stalled round is not a dead
+  backend), and ``success_threshold`` consecutive passed checks make ``RETURN`` if the
+  backend's back-off has elapsed and ``PROBE_PASS`` otherwise (default 2). Checks
+  alone never remove the last routable backend: when every backend fails its checks at
+  once (a shared stall) the pool keeps one, and requests -- whose connect errors still
+  eject -- decide; ``/health`` reports the failing checks all the same.
 
 The back-off of the n-th ejection in a row is ``ejection_base * 2**(n-1)``, at most
 ``ejection_max``; n goes back to 0 after a backend has stayed up for ``ejection_max``.
@@ -92,6 +97,8 @@ class HealthPolicy:
     eject_connect_errors: int = 1
     ejection_base: float = 5.0
     ejection_max: float = 300.0
+    failure_threshold: int = 3  # consecutive failed health checks to remove
+    success_threshold: int = 2  # consecutive passed health checks to re-add
 
 
 @attrs.define
@@ -105,6 +112,8 @@ class BackendHealth:
     ejections: int = 0  # ejections in a row (the back-off exponent)
     out_until: float = 0.0  # end of the current back-off
     up_since: float = 0.0
+    probe_failures: int = 0  # the current run of failed health checks
+    probe_passes: int = 0  # the current run of passed health checks
 
     def backoff(self) -> float:
         return float(min(self.policy.ejection_max,
@@ -121,6 +130,8 @@ class BackendHealth:
             self.up_since = now
         if change is not PoolChange.NONE or signal is Signal.SUCCESS:
             self.failures_5xx = self.failures_connect = 0
+        if change is PoolChange.ADD:
+            self.probe_passes = 0
         self.state = next_state
         return change
 
@@ -139,7 +150,19 @@ class BackendHealth:
             return self.apply(Signal.EJECT, now)
         return self.apply(Signal.FAILURE, now)
 
-    def probe(self, passed: bool, now: float) -> PoolChange:
+    def failing(self) -> bool:
+        """Its health checks have failed ``failure_threshold`` times in a row."""
+        return self.probe_failures >= self.policy.failure_threshold
+
+    def probe(self, passed: bool, now: float, others_routable: bool = True) -> PoolChange:
         if not passed:
+            self.probe_passes = 0
+            self.probe_failures += 1
+            if not self.failing() or not others_routable:
+                return PoolChange.NONE
             return self.apply(Signal.PROBE_FAIL, now)
+        self.probe_failures = 0
+        self.probe_passes += 1
+        if self.state is not Health.UP and self.probe_passes < self.policy.success_threshold:
+            return PoolChange.NONE
         return self.apply(Signal.RETURN if now >= self.out_until else Signal.PROBE_PASS, now)

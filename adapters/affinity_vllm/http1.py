@@ -25,10 +25,25 @@ cost per request is parsing, one task and a few writes.
   every quarter of the shortest timeout -- at most 1 s late -- instead of a timer armed
   and cancelled per request phase);
 * connections beyond ``max_connections`` get 503 and are closed at once;
+* a body that does not fit the server's global ``body_memory_budget`` (the bodies of all
+  connections held at once, :class:`~affinity_vllm.limits.BodyBudget`) gets 503;
+* an HTTP/1.1 request without a ``Host`` field, or any request with more than one
+  (RFC 9112 section 3.2), gets 400;
 * bytes the parser cannot read (400) -- behind pipelined requests, only after their
   answers (a too-short Content-Length still gets its answer, then the 400).
 
 A HEAD response is never followed by its body (a keep-alive client would misread it).
+
+**Interim responses.** ``100 Continue`` goes only to an HTTP/1.1 client that sent
+``Expect: 100-continue``, and only when no earlier response is still being written on
+the connection (a 1xx in the middle of a pipelined response would be read as part of
+it): behind a response in progress it is sent when that response ends, if the body has
+not come by then. :meth:`ClientConnection.interim` relays a backend's other 1xx (``103
+Early Hints``) the same way: to HTTP/1.1 clients, before the final response's head.
+
+**Draining** (``server.draining``, at SIGTERM): every response from then on says
+``Connection: close`` and its connection closes after it, so a keep-alive client learns
+to reconnect elsewhere instead of sending its next request into a reset.
 
 **Client abandonment.** While a handler runs, the connection keeps reading, so a close
 or reset by the client is seen at once: ``connection_lost`` (or EOF) cancels the
@@ -63,6 +78,10 @@ __all__ = ["PIPELINE_DEPTH", "ClientConnection", "Handler", "IncomingRequest", "
            "error_body"]
 
 PIPELINE_DEPTH = 16
+# Fields of a relayed 1xx that describe the backend's connection, not the response.
+_INTERIM_DROPPED = frozenset({b"connection", b"keep-alive", b"transfer-encoding",
+                              b"content-length", b"upgrade", b"proxy-connection", b"te",
+                              b"trailer"})
 
 
 class _Refuse(Exception):
@@ -92,6 +111,8 @@ class ClientConnection(asyncio.Protocol):
         self.chunked = False
         self.no_body = False  # answering HEAD: headers only
         self._refusal: _Refuse | None = None  # for a request behind the one being answered
+        self._continue_due: IncomingRequest | None = None  # its 100 waits for the response
+        self._reserved = 0  # body budget held by the request being read
         self._body: list[bytes] = []
         self._body_size = 0
         self._head_size = 0
@@ -120,6 +141,13 @@ class ClientConnection(asyncio.Protocol):
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
         self.server.connections.discard(self)
+        if self._reserved:
+            self.server.body_budget.give_back(self._reserved)
+            self._reserved = 0
+        for queued in self.queue:
+            self._give_back(queued)
+        if self.task is None:
+            self._give_back(self.request)
         self._disarm()
         if self._drain is not None and not self._drain.done():
             self._drain.set_exception(ConnectionResetError("client went away"))
@@ -203,6 +231,10 @@ class ClientConnection(asyncio.Protocol):
         if len(headers) >= self.limits.max_headers:
             raise _Refuse(400, f"more than {self.limits.max_headers} request headers",
                           "invalid_request_error")
+        if self._headers_done:
+            # A chunked body's trailer field: never a header (RFC 9110 section 6.5.1),
+            # so it cannot route (a session key) nor be forwarded (credentials).
+            return
         headers.append((name.lower(), value))
 
     def on_headers_complete(self) -> None:
@@ -215,17 +247,47 @@ class ClientConnection(asyncio.Protocol):
             parsed = httptools.parse_url(request.target)
         except httptools.HttpParserInvalidURLError:
             raise _Refuse(400, "malformed request target", "invalid_request_error") from None
-        request.path = (parsed.path or b"/").decode("latin-1")
+        path = parsed.path or b"/"
+        request.path = path.decode("latin-1")
         request.query = parsed.query or b""
+        # Origin form only: the scheme, authority and fragment of the raw target never
+        # reach a backend.
+        request.target = path + b"?" + request.query if request.query else path
+        hosts = sum(1 for name, _ in request.headers if name == b"host")
+        if hosts > 1 or (hosts == 0 and request.version != "1.0"):
+            raise _Refuse(400, f"a request needs exactly one Host header field, got {hosts} "
+                          "(RFC 9112 section 3.2)", "invalid_request_error")
         length = request.header(b"content-length")
-        if length is not None and length.strip().isdigit() and (
-                int(length) > self.limits.max_body_bytes):
-            raise _Refuse(413, f"request body exceeds the limit of "
-                          f"{self.limits.max_body_bytes} bytes (--max-body-bytes)",
-                          "request_too_large")
-        if request.header(b"expect") == b"100-continue" and self.transport is not None:
-            self.transport.write(b"HTTP/1.1 100 Continue\r\n\r\n")
+        if length is not None and length.strip().isdigit():
+            declared = int(length)
+            if declared > self.limits.max_body_bytes:
+                raise _Refuse(413, f"request body exceeds the limit of "
+                              f"{self.limits.max_body_bytes} bytes (--max-body-bytes)",
+                              "request_too_large")
+            self._reserve(declared)
+        if request.header(b"expect") == b"100-continue" and request.version == "1.1" and (
+                self.transport is not None):
+            if self.responding or self.queue:
+                self._continue_due = request  # sent when the responses before it end
+            else:
+                self.transport.write(b"HTTP/1.1 100 Continue\r\n\r\n")
         self._arm(self.limits.body_timeout, self._read_expired)
+
+    def _reserve(self, size: int) -> None:
+        if not self.server.body_budget.reserve(size):
+            self.server.router_error("body_memory", f"a request body of {size} bytes does "
+                                     "not fit the request-body memory budget of "
+                                     f"{self.limits.body_memory_budget} bytes")
+            raise _Refuse(503, "router out of request-body memory: the bodies held now "
+                          f"leave less than {size} bytes of the "
+                          f"{self.limits.body_memory_budget}-byte budget "
+                          "(--body-memory-budget); retry later", "router_overloaded")
+        self._reserved += size
+
+    def _give_back(self, request: IncomingRequest | None) -> None:
+        if request is not None and request.reserved:
+            self.server.body_budget.give_back(request.reserved)
+            request.reserved = 0
 
     def on_body(self, body: bytes) -> None:
         self._body_size += len(body)
@@ -233,6 +295,8 @@ class ClientConnection(asyncio.Protocol):
             raise _Refuse(413, f"request body exceeds the limit of "
                           f"{self.limits.max_body_bytes} bytes (--max-body-bytes)",
                           "request_too_large")
+        if self._body_size > self._reserved:  # chunked, or more than declared
+            self._reserve(self._body_size - self._reserved)
         self._body.append(body)
 
     def on_message_complete(self) -> None:
@@ -242,6 +306,9 @@ class ClientConnection(asyncio.Protocol):
         self._disarm()
         request.body = b"".join(self._body) if len(self._body) != 1 else self._body[0]
         self._body = []
+        request.reserved, self._reserved = self._reserved, 0
+        if self._continue_due is request:
+            self._continue_due = None
         request.keep_alive = self.parser.should_keep_alive()
         self.queue.append(request)
         if len(self.queue) >= PIPELINE_DEPTH and self.transport is not None:
@@ -266,7 +333,7 @@ class ClientConnection(asyncio.Protocol):
         if self.transport is None or self.closed:
             return
         request = self.request
-        keep = request is not None and request.keep_alive
+        keep = request is not None and request.keep_alive and not self.server.draining
         parts = [status_line(status)]
         for name, value in headers:
             parts += (name, b": ", value, b"\r\n")
@@ -287,6 +354,20 @@ class ClientConnection(asyncio.Protocol):
         parts += (b"\r\n",) if self.no_body else (b"\r\n", body)
         self.transport.write(b"".join(parts))
         self.head_sent = True
+
+    def interim(self, status: int, reason: bytes, headers: list[tuple[bytes, bytes]]) -> None:
+        """Relay a backend's 1xx (not 100) before the final head: HTTP/1.1 clients only
+        (RFC 9110 section 15.2), end-to-end fields only."""
+        request = self.request
+        if self.transport is None or self.closed or self.head_sent or request is None or (
+                request.version != "1.1" or request.abandoned):
+            return
+        parts = [b"HTTP/1.1 %d %s\r\n" % (status, reason.strip() or b"Informational")]
+        for name, value in headers:
+            if name not in _INTERIM_DROPPED:
+                parts += (name, b": ", value, b"\r\n")
+        parts.append(b"\r\n")
+        self.transport.write(b"".join(parts))
 
     def send(self, data: bytes) -> Awaitable[None] | None:
         """Write body bytes; returns an awaitable while the client is not keeping up."""
@@ -331,6 +412,7 @@ class ClientConnection(asyncio.Protocol):
     def _handler_done(self, task: asyncio.Task[None]) -> None:
         self.task = None
         self.responding = False
+        self._give_back(self.request)
         keep = self.request is not None and self.request.keep_alive
         if task.cancelled() and self.request is not None:  # cancelled before it started
             self.server.unhandled(self.request)
@@ -349,6 +431,9 @@ class ClientConnection(asyncio.Protocol):
             self._answer_refusal(self._refusal)
         elif self.parsing is None:
             self._arm(self.limits.idle_timeout, self._idle_expired)
+        elif self._continue_due is self.parsing:  # its body waits for our 100
+            self._continue_due = None
+            self.transport.write(b"HTTP/1.1 100 Continue\r\n\r\n")
 
     def _refuse(self, refusal: _Refuse) -> None:
         self.server.on_refused(refusal.status)

@@ -3,7 +3,9 @@
 Theory of operation
 -------------------
 :class:`IncomingRequest` is what the parser hands to a handler: the method, the raw
-request target (path and query string, forwarded as sent), the header pairs as received
+request target in origin form (path and query string: an absolute-form target's scheme
+and authority and any ``#fragment`` are dropped, so they never reach a backend), the
+header pairs as received (trailer fields of a chunked body are dropped, never headers)
 (names lower-cased, values as bytes: a header value is not text until someone decodes
 it, which is where a non-UTF-8 session key becomes a 400), the body bytes and the moment
 of the request's first byte. :class:`ServerLimits` gathers the limits the connection
@@ -49,13 +51,14 @@ class ServerLimits:
     body_timeout: float = 60.0
     idle_timeout: float = 75.0
     max_connections: int = 10000
+    body_memory_budget: int = 1 << 62  # request bodies of all connections at once
 
 
 class IncomingRequest:
     """One parsed request: raw header pairs (names lower-case), the body, timing."""
 
     __slots__ = ("abandoned", "body", "client", "connection", "headers", "keep_alive",
-                 "method", "path", "query", "received_at", "target", "version")
+                 "method", "path", "query", "received_at", "reserved", "target", "version")
 
     def __init__(self, connection: ClientConnection, received_at: float) -> None:
         self.connection = connection
@@ -69,6 +72,7 @@ class IncomingRequest:
         self.body = b""
         self.keep_alive = True
         self.abandoned = False  # the client left while this request was handled
+        self.reserved = 0  # bytes of the server's body budget this request holds
         self.client = connection.peer
 
     def header(self, name: bytes) -> bytes | None:

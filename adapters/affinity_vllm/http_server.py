@@ -9,15 +9,23 @@ abort the rest at the deadline, and fire the connections' deadlines: one sweep e
 quarter of the shortest timeout (at most 1 s) instead of a timer armed and cancelled per
 request phase. It reports what it refuses and which clients left through callbacks, so
 the router's metrics stay in one place.
+
+It also owns the request-body memory budget shared by all connections
+(:class:`~affinity_vllm.limits.BodyBudget`), the drain at shutdown (:meth:`drain`: stop
+accepting, close idle connections, answer the rest with ``Connection: close``), and
+reports an accept the loop dropped for want of file descriptors as a router error
+(:meth:`_loop_exception`): asyncio otherwise logs it on every retry and counts nothing.
 """
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
+from typing import Any
 
 from .http1 import ClientConnection, Handler
 from .http_messages import IncomingRequest, ServerLimits
+from .limits import BodyBudget
 
 __all__ = ["HttpServer"]
 
@@ -28,9 +36,13 @@ class HttpServer:
     def __init__(self, handler: Handler, limits: ServerLimits,
                  on_refused: Callable[[int], None] | None = None,
                  client_gone: Callable[[IncomingRequest | None], None] | None = None,
-                 unhandled: Callable[[IncomingRequest], None] | None = None) -> None:
+                 unhandled: Callable[[IncomingRequest], None] | None = None,
+                 router_error: Callable[[str, str], None] | None = None) -> None:
         self.handler = handler
         self.limits = limits
+        self.body_budget = BodyBudget(limits.body_memory_budget)
+        self.draining = False  # shutting down: every response closes its connection
+        self._router_error = router_error
         self.loop = asyncio.get_event_loop()
         self.connections: set[ClientConnection] = set()
         self.refused_connections = 0
@@ -39,6 +51,7 @@ class HttpServer:
         self._client_gone = client_gone
         self._unhandled = unhandled
         self._server: asyncio.base_events.Server | None = None
+        self._default_handler: Any = None
         self._sweeper: asyncio.Task[None] | None = None
         # Deadlines are checked this often: a quarter of the shortest timeout, within
         # [10 ms, 1 s], so a timeout fires at most 25% (or 1 s) late.
@@ -50,6 +63,8 @@ class HttpServer:
         self._server = await self.loop.create_server(
             lambda: ClientConnection(self), host, port, backlog=1024, reuse_address=True)
         self._sweeper = self.loop.create_task(self._sweep(), name="http-deadlines")
+        self._default_handler = self.loop.get_exception_handler()
+        self.loop.set_exception_handler(self._loop_exception)
         sockets = self._server.sockets
         return int(sockets[0].getsockname()[1]) if sockets else port
 
@@ -59,8 +74,16 @@ class HttpServer:
 
     def close_idle(self) -> None:
         for connection in list(self.connections):
-            if not connection.responding and connection.transport is not None:
+            if not connection.responding and not connection.queue and (
+                    connection.transport is not None):
                 connection.transport.close()
+
+    def drain(self) -> None:
+        """Stop accepting; from now on every response says ``Connection: close`` and
+        closes its connection after it; connections with nothing in progress close now."""
+        self.draining = True
+        self.stop_listening()
+        self.close_idle()
 
     def abort_all(self) -> None:
         if self._sweeper is not None:
@@ -82,6 +105,23 @@ class HttpServer:
         if self._server is not None:
             self._server.close()
             self._server = None
+
+    def router_error(self, kind: str, message: str) -> None:
+        if self._router_error is not None:
+            self._router_error(kind, message)
+
+    def _loop_exception(self, loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
+        exc = context.get("exception")
+        if isinstance(exc, OSError) and "accept" in str(context.get("message", "")):
+            # The loop drops the pending connection and pauses accepting (asyncio: 1 s).
+            self.router_error("fd", f"a client connection could not be accepted: {exc} "
+                              "(the router's file-descriptor limit; see ulimit -n and "
+                              "--max-connections)")
+            return
+        if self._default_handler is not None:
+            self._default_handler(loop, context)
+        else:
+            loop.default_exception_handler(context)
 
     def on_refused(self, status: int) -> None:
         if self._on_refused is not None:

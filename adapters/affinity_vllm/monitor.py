@@ -5,7 +5,9 @@ Theory of operation
 Two periodic tasks run beside the HTTP server; each round visits every backend
 concurrently, with its own timeout, so one hung backend cannot delay the others.
 
-**Health** (every ``health_interval``): ``GET /health`` on every *configured* backend;
+**Health** (once as the router starts, then every ``health_interval``): ``GET
+/health`` on every *configured* backend (the router's own ``/health`` says
+``starting`` until the first round has completed);
 a 200 within ``health_timeout`` passes, anything else (refused, timeout, an error status
 such as 503 while vLLM starts) fails. Each result goes to the router's health book
 (:mod:`affinity_vllm.health`), which decides the pool change: a failing backend in the

@@ -39,9 +39,16 @@ def normalise_backend_url(url: str) -> str:
     """``http://host:port`` with no path; raises :class:`OptionsError` otherwise."""
     text = url.strip().rstrip("/")
     parts = urlsplit(text)
-    if parts.scheme not in ("http", "https") or not parts.hostname:
+    if parts.scheme == "https":
+        # The router speaks plain HTTP/1.1 to backends; an https:// backend passed here
+        # and then failed every request as "refused".
+        raise OptionsError(f"backend {url!r}: https:// backends are not supported (the "
+                           "router connects to backends over plain HTTP); accepted: an "
+                           "http:// base URL such as http://127.0.0.1:8000, with TLS "
+                           "terminated in front of the router if needed")
+    if parts.scheme != "http" or not parts.hostname:
         raise OptionsError(
-            f"backend must be an http(s) base URL such as http://127.0.0.1:8000, got {url!r}"
+            f"backend must be an http:// base URL such as http://127.0.0.1:8000, got {url!r}"
         )
     if parts.path or parts.query or parts.fragment:
         raise OptionsError(f"backend URL must not have a path or query, got {url!r}")
@@ -201,8 +208,19 @@ class RouterOptions:
     decision_log_max_bytes: int = attrs.field(
         default=64 << 20, validator=_in_range("decision_log_max_bytes", 4096, 1 << 40, True))
     require_decision_log: bool = False
+    health_failure_threshold: int = attrs.field(
+        default=3, validator=_in_range("health_failure_threshold", 1, 10**6, True))
+    health_success_threshold: int = attrs.field(
+        default=2, validator=_in_range("health_success_threshold", 1, 10**6, True))
+    body_memory_budget: int = attrs.field(
+        default=256 << 20, validator=_in_range("body_memory_budget", 1024, 1 << 40, True))
 
     def __attrs_post_init__(self) -> None:
+        if self.body_memory_budget < self.max_body_bytes:
+            raise OptionsError(f"body_memory_budget must be >= max_body_bytes "
+                               f"({self.max_body_bytes}), or no request of the largest "
+                               f"accepted size could ever be held, got "
+                               f"{self.body_memory_budget!r}")
         if self.require_decision_log and not self.decision_log:
             raise OptionsError("require_decision_log needs a decision_log path "
                                "(--require-decision-log without --decision-log)")

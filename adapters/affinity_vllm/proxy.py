@@ -6,7 +6,7 @@ Theory of operation
 
 1. ``acquire`` on the routing table (the core decides; the lease names the backend);
 2. borrow a pooled connection to that backend, write the request (the client's bytes,
-   never re-encoded; query string kept; hop-by-hop headers dropped; ``X-Forwarded-For``
+   never re-encoded; an origin-form target; hop-by-hop headers dropped; ``X-Forwarded-For``
    gets the client's address appended), and observe ``routing_overhead_seconds`` --
    from the request's first byte to this write, parsing included;
 3. relay the answer with its end-to-end headers:
@@ -26,8 +26,10 @@ sent), a 5xx status, or a connection closed before any response byte. The retry
 acquires while the failed lease is still held, so the core sees the failed backend one
 request busier; if the failure took the backend out of the pool the retry keeps the
 session key (a pinned session is re-placed, path ``reselected``), otherwise it is an
-unkeyed acquire (least loaded, the session's pin untouched). A read timeout is never
-retried: the backend may still be working on it.
+unkeyed acquire (least loaded, the session's pin untouched). The retry never lands on
+the backend that just failed (:meth:`Proxy._acquire_elsewhere`: while the core still
+chooses it, that choice is held as well and the core asked again). A read timeout is
+never retried: the backend may still be working on it.
 
 **Context reuse** (``--context-reuse``, :mod:`affinity_vllm.usage`). Each acquire of a
 pinned key sends ``c`` scaled by the pinned backend's observed reuse (the retry's acquire
@@ -36,7 +38,14 @@ bounded copy of its end is kept; once it has reached the client complete, its us
 feeds the meter. Without the option no copy is kept and nothing is parsed.
 
 **Health.** Every outcome is reported to :mod:`affinity_vllm.health`, which may eject the
-backend (5xx or connect-error runs) -- a read timeout is counted but never ejects.
+backend (5xx or connect-error runs) -- a read timeout is counted but never ejects. A
+connect that failed for want of the router's own descriptors
+(:class:`~affinity_vllm.upstream.RouterResourceError`) is the router's error: 503, no
+report, no other backend tried.
+
+**Interim responses.** A backend's ``103 Early Hints`` are relayed to the client before
+the final head (:meth:`~affinity_vllm.http1.ClientConnection.interim`); the upstream
+connection consumes ``100`` and never takes a 1xx as final.
 
 **Faults after the head was sent.** An event stream ends with ``data: {"error": ...}``
 naming the backend and no ``[DONE]``; any other body is cut (the client connection is
@@ -49,12 +58,15 @@ import json
 import time
 from collections.abc import Callable
 
+from affinity_core import Rejected
+
 from .http1 import ClientConnection, IncomingRequest, error_body
 from .observability import RouterMetrics
 from .options import RouterOptions
-from .routing import Lease, RoutingTable
+from .routing import Lease, LogUnavailable, RoutingTable
 from .upstream import (
     ConnectFailed,
+    RouterResourceError,
     UpstreamClosed,
     UpstreamConnection,
     UpstreamError,
@@ -77,8 +89,11 @@ _JSON = [(b"content-type", b"application/json")]
 # Outcome of one attempt, for the retry loop: done, retry (the request had reached the
 # backend: at most once), replace (a connect error: nothing was sent anywhere).
 _DONE, _RETRY, _REPLACE = 0, 1, 2
+# How many times a retry placed on the backend that just failed is held and re-asked.
+RETRY_HOLDS = 8
 
 Report = Callable[[str, str, int | None], None]  # (backend, kind, status) -> None
+RouterError = Callable[[str, str], None]  # (kind, message): the router's own resources
 
 
 def _drop_named(headers: list[tuple[bytes, bytes]]) -> frozenset[bytes]:
@@ -97,12 +112,14 @@ def end_to_end(headers: list[tuple[bytes, bytes]]) -> list[tuple[bytes, bytes]]:
 
 class Proxy:
     def __init__(self, options: RouterOptions, table: RoutingTable, metrics: RouterMetrics,
-                 pool: UpstreamPool, report: Report) -> None:
+                 pool: UpstreamPool, report: Report,
+                 router_error: RouterError | None = None) -> None:
         self.options = options
         self.table = table
         self.metrics = metrics
         self.pool = pool
         self._report = report  # the health book: success, 5xx, connect errors, timeouts
+        self._router_error = router_error
         self._sid_bytes: dict[str, bytes] = {}
         # --context-reuse: c scaled by the pinned backend's reuse, fed by kept responses.
         self.reuse = ReuseFeed(table, metrics.registry) if options.context_reuse else None
@@ -158,14 +175,17 @@ class Proxy:
                 # Retry: acquire while the failed lease is held (the core sees the failed
                 # backend busier); keep the key only if the failure took it out of the pool.
                 self.metrics.retries.inc()
-                retry_key = None if self.table.is_active(lease.server_id) else key
-                retry_context = None if retry_key is None else context_tokens
-                if reuse is not None:  # the pin may have changed with the failure: re-read
-                    retry_context = reuse.context(retry_key, retry_context)
-                retry = self.table.acquire(retry_key, retry_context)
+                retry_key, retry_context = self._retry_args(lease.server_id, key,
+                                                            context_tokens)
+                retry = self._acquire_elsewhere(lease.server_id, retry_key, retry_context)
                 held, lease = lease, retry if isinstance(retry, Lease) else lease
                 self.table.release(held)
                 held = None
+                if retry is None:
+                    client.respond(502, error_body(502, f"backend {lease.server_id} failed and "
+                                                   "every other backend is busier: not "
+                                                   "retried", "upstream_error"), _JSON)
+                    return 502
                 if not isinstance(retry, Lease):
                     client.respond(503, error_body(503, retry.message + " (retrying after a "
                                                    "backend failure)", "no_backend_available"),
@@ -176,6 +196,38 @@ class Proxy:
             if held is not None:
                 self.table.release(held)
             self.table.release(lease)
+
+    def _acquire_elsewhere(self, failed: str, key: str | None, context_tokens: int | None
+                           ) -> Lease | Rejected | LogUnavailable | None:
+        """The retry's acquire, never on ``failed``. While the core still chooses
+        ``failed`` (least loaded even with the failed request held), that choice is held
+        too, so the core sees ``failed`` busier, and the core is asked again -- at most
+        :data:`RETRY_HOLDS` times; the holds are released at once (each is an Acquire
+        and a Release in the decision log). None: every other backend is busier still."""
+        holds: list[Lease] = []
+        try:
+            retry = self.table.acquire(key, context_tokens)
+            while isinstance(retry, Lease) and retry.server_id == failed and (
+                    len(holds) < RETRY_HOLDS):
+                holds.append(retry)
+                retry = self.table.acquire(key, context_tokens)
+        finally:
+            for hold in holds:
+                self.table.release(hold)
+        if isinstance(retry, Lease) and retry.server_id == failed:
+            self.table.release(retry)
+            return None
+        return retry
+
+    def _retry_args(self, failed: str, key: str | None, context_tokens: int | None
+                    ) -> tuple[str | None, int | None]:
+        """The acquire a retry makes: keyed only if the failure took the backend out of
+        the pool (its pin is then re-placed); otherwise unkeyed, so the pin stays."""
+        retry_key = None if self.table.is_active(failed) else key
+        retry_context = None if retry_key is None else context_tokens
+        if self.reuse is not None:  # the pin may have changed with the failure: re-read
+            retry_context = self.reuse.context(retry_key, retry_context)
+        return retry_key, retry_context
 
     async def _attempt(self, request: IncomingRequest, lease: Lease, retried: bool,
                        tries: int, measured: bool) -> tuple[int, int, bool]:
@@ -190,6 +242,12 @@ class Proxy:
             tags.append((b"x-affinity-retried", b"%d" % tries))
         try:
             upstream = await self.pool.connect(sid)
+        except RouterResourceError as exc:
+            # The router's own descriptors ran out: not the backend's fault (no health
+            # report, no other backend tried -- they would fail the same way).
+            if self._router_error is not None:
+                self._router_error("fd", str(exc))
+            return self._fail(client, 503, str(exc), "router_overloaded", tags), 503, measured
         except ConnectFailed as exc:
             # Nothing was sent: try the next backend without using the retry. Release
             # first, then count the failure toward ejection, so a refusing backend leaves
@@ -203,6 +261,7 @@ class Proxy:
                               "upstream_unavailable", tags), 502, measured
         try:
             upstream.send(self._head(request, sid), request.body, self.options.upstream_timeout)
+            upstream.on_interim = client.interim  # 103 Early Hints reach the client
             if not measured:
                 self.metrics.overhead.observe(time.perf_counter() - request.received_at)
                 measured = True
@@ -224,10 +283,10 @@ class Proxy:
                 return self._fail(client, 502, f"backend {sid} failed before responding: {exc}",
                                   "upstream_error", tags), 502, measured
             status = upstream.status
-            if status >= 500 and self._may_retry(sid, retried):
-                self._report(sid, "5xx", status)
-                return _RETRY, 0, measured
+            # Report first: a 5xx that ejects the backend changes where a retry would go.
             self._report(sid, "5xx" if status >= 500 else "ok", status)
+            if status >= 500 and self._may_retry(sid, retried):
+                return _RETRY, 0, measured
             reuse = self.reuse
             if reuse is None or status != 200 or lease.path != "kept":
                 await self._relay(client, upstream, sid, status, tags, None)

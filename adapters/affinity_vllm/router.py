@@ -53,6 +53,7 @@ from .context import ContextCounter
 from .health import BackendHealth, Health, HealthPolicy, PoolChange
 from .http1 import IncomingRequest, ServerLimits, error_body
 from .http_server import HttpServer
+from .limits import RouterErrors, fit_fd_limit
 from .monitor import Monitor
 from .observability import RouterMetrics
 from .options import RouterOptions
@@ -93,11 +94,21 @@ class Router:
         policy = HealthPolicy(eject_5xx=options.eject_5xx,
                               eject_connect_errors=options.eject_connect_errors,
                               ejection_base=options.ejection_base,
-                              ejection_max=options.ejection_max)
+                              ejection_max=options.ejection_max,
+                              failure_threshold=options.health_failure_threshold,
+                              success_threshold=options.health_success_threshold)
         self.health = {sid: BackendHealth(policy) for sid in options.backends}
         self.metrics.health = self.health
+        self.router_errors = RouterErrors(self.metrics.registry)
+        # Every client connection may hold an upstream one: fit both in the fd limit.
+        max_connections, fd_note = fit_fd_limit(
+            options.max_connections, options.max_concurrency, len(options.backends))
+        if fd_note is not None:
+            (log.warning if max_connections < options.max_connections else log.info)(
+                "%s", fd_note)
         self.pool = UpstreamPool(options.connect_timeout, options.upstream_timeout)
-        self.proxy = Proxy(options, self.table, self.metrics, self.pool, self.report)
+        self.proxy = Proxy(options, self.table, self.metrics, self.pool, self.report,
+                           self.router_errors.error)
         self._session: aiohttp.ClientSession | None = None
         # The context band's c, only where it can matter: keyed requests, band configured.
         self.context: ContextCounter | None = None
@@ -110,9 +121,9 @@ class Router:
             max_header_bytes=options.max_header_bytes, max_headers=MAX_HEADERS,
             max_body_bytes=options.max_body_bytes, header_timeout=options.header_timeout,
             body_timeout=options.body_timeout, idle_timeout=options.idle_timeout,
-            max_connections=options.max_connections),
+            max_connections=max_connections, body_memory_budget=options.body_memory_budget),
             on_refused=self._refused, client_gone=self._client_gone,
-            unhandled=self._unhandled)
+            unhandled=self._unhandled, router_error=self.router_errors.error)
         self.port: int | None = None
         self.active_requests = 0
         self._routes: dict[tuple[str, str], tuple[str, Handler]] = {
@@ -147,6 +158,9 @@ class Router:
         self._session = aiohttp.ClientSession(
             connector=aiohttp.TCPConnector(limit=0, limit_per_host=0),
             cookie_jar=aiohttp.DummyCookieJar(), trust_env=False)
+        # Ready only after one health round (within --health-timeout): until then
+        # /health says "starting", never ok.
+        await self.monitor.check_health()
         self.monitor.start()
         return self.port
 
@@ -161,18 +175,22 @@ class Router:
                      if self.options.require_decision_log else "are reported, routing goes on")
 
     async def stop(self, grace: float = 0.0) -> None:
-        """Stop accepting, let open requests finish for ``grace`` seconds, then cancel
-        the rest (each releases its lease as it unwinds) and close everything."""
-        self.server.stop_listening()
-        self.server.close_idle()
+        """Drain: stop accepting, close idle connections, answer every open request
+        with ``Connection: close`` and let them finish for ``grace`` seconds; then
+        cancel the rest (each releases its lease as it unwinds) and close everything.
+        A keep-alive client is told to go before its connection closes, so none of
+        them sends a request into a reset."""
+        self.server.drain()
         deadline = time.monotonic() + grace
         next_note = time.monotonic()
-        while self.active_requests and time.monotonic() < deadline:
+        while (self.active_requests or self.server.connections) and (
+                time.monotonic() < deadline):
             if time.monotonic() >= next_note:
-                log.info("shutdown: %d requests still open, %.1f s of grace left",
-                         self.active_requests, deadline - time.monotonic())
+                log.info("shutdown: %d requests still open (%d connections), %.1f s of "
+                         "grace left", self.active_requests, len(self.server.connections),
+                         deadline - time.monotonic())
                 next_note += 1.0
-            await asyncio.sleep(0.05)
+            await asyncio.sleep(0.02)
         if self.active_requests:
             log.warning("shutdown: grace of %g s over; cancelling %d open requests",
                         grace, self.active_requests)
@@ -214,7 +232,8 @@ class Router:
         """The result of an active health check (from the monitor)."""
         if not passed:
             self.metrics.backend_error(sid, "health")
-        self._pool_change(sid, self.health[sid].probe(passed, time.monotonic()),
+        others = any(s != sid for s in self.table.active)
+        self._pool_change(sid, self.health[sid].probe(passed, time.monotonic(), others),
                           "health check")
 
     def _pool_change(self, sid: str, change: PoolChange, why: str) -> None:
@@ -287,6 +306,8 @@ class Router:
                              f"{exc.lineno} column {exc.colno})") from None
         except RecursionError:
             raise BadRequest(400, "request body is not valid JSON: nested too deeply") from None
+        except ValueError as exc:  # e.g. an integer over sys.get_int_max_str_digits()
+            raise BadRequest(400, f"request body is not acceptable JSON: {exc}") from None
         if not isinstance(payload, dict):
             raise BadRequest(400, "request body must be a JSON object, got "
                              f"{type(payload).__name__}")
@@ -312,6 +333,9 @@ class Router:
             elif value is not None:
                 raise BadRequest(400, f"session key in {where} must be a string or an "
                                  f"integer, got {type(value).__name__}")
+        if key is not None and not _encodable(key):
+            raise BadRequest(400, f"session key in {where} is not valid Unicode (a lone "
+                             "surrogate escape such as \\ud800)")
         if key is not None and len(key) > MAX_SESSION_KEY_CHARS:
             raise BadRequest(400, f"session key in {where} is {len(key)} characters; the "
                              f"limit is {MAX_SESSION_KEY_CHARS}")
@@ -363,11 +387,24 @@ class Router:
         return 200
 
     async def _health(self, request: IncomingRequest) -> int:
-        active = len(self.table.active)
-        body = {"status": "ok" if active else "no_backends", "active_backends": active}
-        status = 200 if active else 503
+        # ok only once a health round has completed, and only while an active backend
+        # is passing its checks (the last one stays routable even when it fails them).
+        active = self.table.active
+        healthy = sum(1 for sid in active if not self.health[sid].failing())
+        state = ("starting" if not self.monitor.health_rounds
+                 else "ok" if healthy else "no_backends")
+        body = {"status": state, "active_backends": len(active), "healthy_backends": healthy}
+        status = 200 if state == "ok" else 503
         request.connection.respond(status, json.dumps(body).encode(), _JSON)
         return status
+
+
+def _encodable(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def install_uvloop() -> bool:

@@ -24,27 +24,55 @@ tells whether any response byte had arrived).
 
 **Flow control.** Body bytes are buffered per connection up to :data:`HIGH_WATER`;
 above it the socket stops being read until the relay catches up, so a huge response
-through a slow client holds at most that much memory in the router.
+through a slow client holds at most that much memory in the router. While reading is
+paused the backend's silence is not timed: a slow *client* is not a silent backend.
+
+**No response reaches the wrong request.** A keep-alive connection carries one request
+at a time, and its bytes are trusted only while that request is open:
+
+* interim responses (1xx, RFC 9110 section 15.2) are never taken as the final one:
+  ``100 Continue`` is consumed (the router answered the client's ``Expect`` itself and
+  never forwards it), other 1xx (``103 Early Hints``) go to ``on_interim`` for the
+  proxy to relay, and ``101`` (a protocol switch nobody asked for) is a malformed
+  response;
+* a byte that arrives while no request is open -- on an idle pooled connection, or
+  behind a complete response -- marks the connection dirty: it is closed, never
+  pooled, and the bytes are never parsed into the response being relayed;
+* response headers above ``max_header_bytes`` (status line + fields) fail the request
+  as a malformed response, so a backend cannot grow the router's memory with them.
+
+**Router-side failures.** A connect that fails because the *router* is out of file
+descriptors or memory (``EMFILE``, ``ENFILE``, ``ENOBUFS``, ``ENOMEM``) raises
+:class:`RouterResourceError`: not the backend's fault, never counted against it.
 """
 
 from __future__ import annotations
 
 import asyncio
 import collections
+import errno
 import time
+from collections.abc import Callable
 from typing import cast
 from urllib.parse import urlsplit
 
 import httptools
 
-__all__ = ["HIGH_WATER", "ConnectFailed", "UpstreamClosed", "UpstreamConnection",
-           "UpstreamError", "UpstreamPool", "UpstreamTimeout"]
+__all__ = ["HIGH_WATER", "MAX_RESPONSE_HEADER_BYTES", "ROUTER_RESOURCE_ERRNOS", "ConnectFailed",
+           "RouterResourceError", "UpstreamClosed", "UpstreamConnection", "UpstreamError",
+           "UpstreamPool", "UpstreamTimeout"]
 
 HIGH_WATER = 256 << 10
 # asyncio.wait_for can swallow a cancellation that races with completion (before 3.12);
 # a client that leaves during a connect must cancel the request, so prefer timeout().
 _timeout = getattr(asyncio, "timeout", None)
 MAX_IDLE_PER_BACKEND = 256
+# A backend's status line plus header fields; vLLM sends well under 1 KiB.
+MAX_RESPONSE_HEADER_BYTES = 64 << 10
+# connect() errors that mean the router itself ran out of a resource, not that the
+# backend refused.
+ROUTER_RESOURCE_ERRNOS = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM})
+Interim = Callable[[int, bytes, "list[tuple[bytes, bytes]]"], None]
 
 
 class UpstreamError(Exception):
@@ -57,6 +85,14 @@ class ConnectFailed(UpstreamError):
     def __init__(self, kind: str, message: str) -> None:
         super().__init__(message)
         self.kind = kind  # refused | connect_timeout
+
+
+class RouterResourceError(ConnectFailed):
+    """The router could not open a connection for want of its own resources (file
+    descriptors, buffers): the router's error, never a backend's."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__("router_resources", message)
 
 
 class UpstreamTimeout(UpstreamError):
@@ -86,6 +122,11 @@ class UpstreamConnection(asyncio.Protocol):
         self.reused = False  # borrowed from the pool (a close before any byte may be stale)
         self.complete = False
         self.headers_done = False
+        self.in_request = False  # a request is open: its response bytes are expected
+        self.dirty = False  # a byte came that no open request asked for: never pool it
+        self.on_interim: Interim | None = None  # relays a 1xx other than 100 (proxy)
+        self._interim = False  # the message being parsed is a 1xx
+        self._header_bytes = 0
         self._chunks: collections.deque[bytes] = collections.deque()
         self._buffered = 0
         self._paused = False
@@ -112,32 +153,72 @@ class UpstreamConnection(asyncio.Protocol):
         self.pool.busy.discard(self)
 
     def data_received(self, data: bytes) -> None:
+        if not self.in_request:  # stray bytes on an idle pooled connection: not ours
+            self.dirty = True
+            self.close()
+            return
         self.received = True
         self._last_activity = self.loop.time()
         try:
             self.parser.feed_data(data)
-        except httptools.HttpParserError as exc:
+        except (httptools.HttpParserError, httptools.HttpParserUpgrade) as exc:
+            if self._header_bytes > self.pool.max_header_bytes:
+                reason = (f"response headers exceed {self.pool.max_header_bytes} bytes")
+            elif isinstance(exc, httptools.HttpParserUpgrade):
+                reason = "it switched protocols (101) unasked"
+            else:
+                reason = str(exc)
+            self.dirty = True
             self._fail(UpstreamClosed(f"backend {self.backend} sent a malformed response: "
-                                      f"{exc}", True))
+                                      f"{reason}", True))
             if self.transport is not None:
                 self.transport.abort()
+            return
+        if self.dirty and self.transport is not None:
+            self.transport.abort()  # bytes behind the response: the stream is not ours
 
     def eof_received(self) -> bool | None:
         return None
 
     # ------------------------------------------------------ parser callbacks
+    def on_message_begin(self) -> None:
+        if not self.in_request:  # a second message behind the complete response
+            self.dirty = True
+
     def on_status(self, status: bytes) -> None:
+        if self.dirty:
+            return
+        self._header_bytes += len(status)
         self.reason += status
 
     def on_header(self, name: bytes, value: bytes) -> None:
+        if self.dirty:
+            return
+        self._header_bytes += len(name) + len(value) + 4
+        if self._header_bytes > self.pool.max_header_bytes:
+            raise ValueError("response headers too large")  # the parser stops here
         self.headers.append((name.lower(), value))
 
     def on_headers_complete(self) -> None:
-        self.status = self.parser.get_status_code()
+        if self.dirty:
+            return
+        status = self.parser.get_status_code()
+        if 100 <= status < 200 and status != 101:
+            # Interim: never the final response (RFC 9110 section 15.2). 100 answers an
+            # Expect the router never forwards; the others (103) are relayed.
+            self._interim = True
+            headers, reason = self.headers, self.reason
+            self.headers, self.reason, self._header_bytes = [], b"", 0
+            if status != 100 and self.on_interim is not None:
+                self.on_interim(status, reason, headers)
+            return
+        self.status = status
         self.headers_done = True
         self._wake()
 
     def on_body(self, body: bytes) -> None:
+        if self.dirty:
+            return
         self._chunks.append(body)
         self._buffered += len(body)
         if self._buffered > HIGH_WATER and not self._paused and self.transport is not None:
@@ -146,6 +227,12 @@ class UpstreamConnection(asyncio.Protocol):
         self._wake()
 
     def on_message_complete(self) -> None:
+        if self._interim:  # the final response follows on the same connection
+            self._interim = False
+            return
+        if self.dirty:
+            return
+        self.in_request = False
         self.complete = True
         self.keep_alive = self.parser.should_keep_alive()
         self.pool.busy.discard(self)
@@ -158,6 +245,10 @@ class UpstreamConnection(asyncio.Protocol):
         self.status, self.reason, self.headers = 0, b"", []
         self.received = self.complete = self.headers_done = False
         self.keep_alive = False
+        self.on_interim = None
+        self._interim = False
+        self._header_bytes = 0
+        self.in_request = True
         self._error = None
         self._read_timeout = read_timeout
         self._last_activity = self.loop.time()
@@ -182,6 +273,7 @@ class UpstreamConnection(asyncio.Protocol):
                 self._buffered = 0
                 if self._paused and self.transport is not None:
                     self._paused = False
+                    self._last_activity = self.loop.time()  # silence is timed afresh
                     self.transport.resume_reading()
                 return data
             if self.complete:
@@ -193,7 +285,9 @@ class UpstreamConnection(asyncio.Protocol):
     def done(self) -> None:
         """Hand the connection back: pooled after a clean keep-alive response, else closed."""
         self.pool.busy.discard(self)
-        if self.complete and self.keep_alive and not self.closed and not self._chunks:
+        self.on_interim = None
+        if self.complete and self.keep_alive and not self.closed and not self._chunks and (
+                not self.dirty):
             self.pool.give_back(self)
         else:
             self.close()
@@ -218,14 +312,16 @@ class UpstreamConnection(asyncio.Protocol):
             waiter.set_result(None)
 
     def _fail(self, error: UpstreamError) -> None:
+        self.in_request = False
         if self._error is None:
             self._error = error
         self.pool.busy.discard(self)
         self._wake()
 
     def check_silence(self, now: float) -> None:
-        """Fail the request if the backend has sent nothing for ``read_timeout``."""
-        if not self.complete and self._error is None and (
+        """Fail the request if the backend has sent nothing for ``read_timeout``; not
+        while reading is paused for a slow client (the silence is the router's)."""
+        if not self.complete and self._error is None and not self._paused and (
                 now - self._last_activity >= self._read_timeout):
             self._fail(UpstreamTimeout(f"backend {self.backend} sent nothing for "
                                        f"{self._read_timeout:g} s"))
@@ -234,8 +330,10 @@ class UpstreamConnection(asyncio.Protocol):
 class UpstreamPool:
     """Idle keep-alive connections per backend base URL (``http://host:port``)."""
 
-    def __init__(self, connect_timeout: float, read_timeout: float = 600.0) -> None:
+    def __init__(self, connect_timeout: float, read_timeout: float = 600.0,
+                 max_header_bytes: int = MAX_RESPONSE_HEADER_BYTES) -> None:
         self.connect_timeout = connect_timeout
+        self.max_header_bytes = max_header_bytes
         self.loop = asyncio.get_event_loop()
         # Requests waiting for their backend; one sweep checks their silence (a timer per
         # request cost ~7 us to arm and cancel). Checked every quarter of the read
@@ -264,8 +362,8 @@ class UpstreamPool:
         idle = self._idle.get(backend)
         while idle:
             connection = idle.pop()
-            if not connection.closed and connection.transport is not None and (
-                    not connection.transport.is_closing()):
+            if not connection.closed and not connection.dirty and (
+                    connection.transport is not None) and not connection.transport.is_closing():
                 connection.reused = True
                 return connection
         host, port, _ = self.address(backend)
@@ -283,6 +381,11 @@ class UpstreamPool:
             raise ConnectFailed("connect_timeout", f"backend {backend}: no connection within "
                                 f"{self.connect_timeout:g} s") from None
         except OSError as exc:
+            if exc.errno in ROUTER_RESOURCE_ERRNOS:
+                raise RouterResourceError(
+                    f"router cannot open a connection to backend {backend}: "
+                    f"{exc.strerror or exc} (the router's own limit, not the backend's; "
+                    "see ulimit -n and --max-connections)") from None
             raise ConnectFailed("refused", f"backend {backend}: cannot connect "
                                 f"({exc.strerror or exc}) after "
                                 f"{time.monotonic() - started:.3f} s") from None

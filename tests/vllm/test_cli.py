@@ -70,7 +70,14 @@ def test_bad_margin_is_a_usage_error(argv: list[str], message: str,
 
 
 @pytest.mark.parametrize(("argv", "message"), [
-    (["--backend", "ftp://h:1"], "backend must be an http(s) base URL"),
+    (["--backend", "ftp://h:1"], "backend must be an http:// base URL"),
+    (["--backend", "https://h:1"], "https:// backends are not supported"),
+    (["--backend", "http://h:1", "--health-failure-threshold", "0"],
+     "health_failure_threshold must be an integer in [1, 1000000], got 0"),
+    (["--backend", "http://h:1", "--health-success-threshold", "0"],
+     "health_success_threshold must be an integer in [1, 1000000], got 0"),
+    (["--backend", "http://h:1", "--body-memory-budget", "2048"],
+     "body_memory_budget must be >= max_body_bytes (8388608)"),
     (["--backend", "http://h:1/v1"], "must not have a path"),
     (["--backend", "http://h:1", "--backend", "http://h:1/"], "duplicates"),
     (["--backend", "http://h:1", "--cache-size", "0"], "cache_size must be an integer in [1,"),
@@ -90,7 +97,10 @@ def test_options_validate_in_code_too() -> None:
         RouterOptions(backends=())
     with pytest.raises(OptionsError, match="tie_break must be one of"):
         RouterOptions(backends=("http://h:1",), tie_break="coin")
-    assert normalise_backend_url(" https://[::1]:8443/ ") == "https://[::1]:8443"
+    assert normalise_backend_url(" http://[::1]:8443/ ") == "http://[::1]:8443"
+    # https:// passed validation and then failed every request as "refused"
+    with pytest.raises(OptionsError, match=r"https:// backends are not supported.*http://"):
+        normalise_backend_url("https://[::1]:8443")
 
 
 def _read_line(proc: subprocess.Popen[str], pattern: str, timeout: float = 20) -> str:

@@ -315,7 +315,8 @@ async def _kept_turn_while(meanwhile: Callable[[Fleet, str], None]) -> tuple[Fle
 
 def test_a_report_from_a_backend_that_left_the_pool_meanwhile_is_dropped() -> None:
     def leave(f: Fleet, first: str) -> None:
-        f.router.probed(first, False)  # a failed health check: out of the pool
+        for _ in range(3):  # three failed health checks in a row: out of the pool
+            f.router.probed(first, False)
         assert not f.router.table.is_active(first)
 
     f, first = run(_kept_turn_while(leave))
@@ -357,7 +358,8 @@ def test_a_report_from_before_a_backend_left_and_returned_is_dropped() -> None:
     recorded into the returning backend's fresh sums (R-BAND-6: a server that leaves loses
     its sums; the turn measured the cache it had before it left)."""
     def leave_and_return(f: Fleet, first: str) -> None:
-        f.router.probed(first, False)  # out of the pool: its sums are forgotten
+        for _ in range(3):  # out of the pool: its sums are forgotten
+            f.router.probed(first, False)
         assert f.router.table.add(first)  # and back (a passing check would do this)
 
     f, first = run(_kept_turn_while(leave_and_return))

@@ -54,7 +54,8 @@ def test_half_written_requests_time_out_with_408_and_close() -> None:
             assert port is not None
             started = asyncio.get_running_loop().time()
             half_head = b"POST /v1/completions HTTP/1.1\r\nHost: x\r\n"
-            half_body = b"POST /v1/completions HTTP/1.1\r\nContent-Length: 100\r\n\r\n{\"a\""
+            half_body = (b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n"
+                         b"{\"a\"")
             replies = await asyncio.gather(
                 *(raw_exchange(port, half_head) for _ in range(40)),
                 *(raw_exchange(port, half_body) for _ in range(10)))
