@@ -215,7 +215,10 @@ def register(parser: argparse.ArgumentParser) -> None:
                       "Opened only after the port is bound, under an exclusive lock on "
                       "PATH.lock: a second router on the same PATH exits with an error "
                       "naming the holder's PID and changes nothing. An existing log at PATH "
-                      "is rotated to PATH.1, not overwritten. Write failures and a log "
+                      "is rotated to PATH.1, not overwritten, and the router continues "
+                      "from its state (warm start: sticky pins and counters come back, "
+                      "requests the old process had in flight are released as "
+                      "abandoned; see --cold-start). Write failures and a log "
                       "deleted or replaced underneath are reported in /metrics "
                       "(affinity_router_decision_log_ok, _errors_total) and the router log, "
                       "and the writer resumes with a new file (default: off)")
@@ -223,6 +226,19 @@ def register(parser: argparse.ArgumentParser) -> None:
                       default=d.decision_log_max_bytes.default,
                       help="rotate the decision log at this size; each file replays alone "
                       "(default: %(default)s)")
+    logs.add_argument("--cold-start", action="store_true",
+                      help="start from a fresh state even when --decision-log PATH holds "
+                      "the previous run's log (default: replay it and continue from its "
+                      "state; a log that cannot be replayed, or a changed routing "
+                      "configuration, starts cold anyway, with the reason in the log)")
+    logs.add_argument("--decision-log-keep", type=int, default=d.decision_log_keep.default,
+                      metavar="N",
+                      help="keep at most N rotated files (PATH.1 ... PATH.N); the newest "
+                      "crashed run and any run a restart could not replay are kept beyond "
+                      "it (default: %(default)s)")
+    logs.add_argument("--decision-log-keep-bytes", type=int, default=None, metavar="BYTES",
+                      help="also keep at most BYTES of rotated files, with the same "
+                      "exceptions (default: no byte limit)")
     logs.add_argument("--require-decision-log", action="store_true",
                       help="refuse to route (503) while the decision log cannot be written, "
                       "so every routed request is in the log (default: keep routing and "
@@ -253,7 +269,9 @@ def options_from_args(args: argparse.Namespace) -> RouterOptions:
         health_interval=args.health_interval, health_timeout=args.health_timeout,
         scrape_metrics=args.scrape_metrics, scrape_interval=args.scrape_interval,
         decision_log=args.decision_log, decision_log_max_bytes=args.decision_log_max_bytes,
-        require_decision_log=args.require_decision_log,
+        require_decision_log=args.require_decision_log, warm_start=not args.cold_start,
+        decision_log_keep=args.decision_log_keep,
+        decision_log_keep_bytes=args.decision_log_keep_bytes,
     )
 
 

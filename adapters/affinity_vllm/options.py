@@ -201,6 +201,15 @@ class RouterOptions:
     decision_log_max_bytes: int = attrs.field(
         default=64 << 20, validator=_in_range("decision_log_max_bytes", 4096, 1 << 40, True))
     require_decision_log: bool = False
+    # Warm restart and retention of the decision log (R-LOG-3): a restart continues the
+    # old log's state; rotation keeps this many old files and/or bytes, plus the newest
+    # crash and every run a restart could not replay.
+    warm_start: bool = attrs.field(default=True, validator=_flag("warm_start"))
+    decision_log_keep: int = attrs.field(
+        default=10, validator=_in_range("decision_log_keep", 0, 10**6, True))
+    decision_log_keep_bytes: int | None = attrs.field(
+        default=None, validator=attrs.validators.optional(
+            _in_range("decision_log_keep_bytes", 0, 1 << 50, True)))
 
     def __attrs_post_init__(self) -> None:
         if self.require_decision_log and not self.decision_log:

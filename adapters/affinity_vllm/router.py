@@ -152,10 +152,15 @@ class Router:
 
     def _open_decision_log(self) -> None:
         """The one place that opens the decision log (after the port is bound)."""
-        if self.options.decision_log:
-            self.table.attach_log(DecisionLogWriter(
-                self.options.decision_log, max_bytes=self.options.decision_log_max_bytes),
-                required=self.options.require_decision_log)
+        options = self.options
+        if options.decision_log:
+            started = self.table.attach_log(DecisionLogWriter(
+                options.decision_log, max_bytes=options.decision_log_max_bytes,
+                backups=options.decision_log_keep,
+                keep_bytes=options.decision_log_keep_bytes),
+                required=options.require_decision_log, warm=options.warm_start)
+            if started:
+                log.info("%s", started)
             log.info("decision log %s (locked by this router; write failures %s)",
                      self.options.decision_log, "refuse routing"
                      if self.options.require_decision_log else "are reported, routing goes on")
@@ -218,13 +223,13 @@ class Router:
                           "health check")
 
     def _pool_change(self, sid: str, change: PoolChange, why: str) -> None:
-        if change is PoolChange.REMOVE and self.table.remove(sid):
+        if change is PoolChange.REMOVE and self.table.remove(sid, f"health: {why}"):
             self.pool.drop(sid)
             self.proxy.left_pool(sid)
             state = self.health[sid]
             log.warning("backend %s out of the pool (%s; %s, back-off %.1f s)", sid, why,
                         state.state.value, state.backoff())
-        elif change is PoolChange.ADD and self.table.add(sid):
+        elif change is PoolChange.ADD and self.table.add(sid, "health: check passed"):
             log.info("backend %s back in the pool (health check passed)", sid)
 
     def _refused(self, status: int) -> None:
