@@ -264,11 +264,11 @@ def replay_file(path: str | os.PathLike[str], observer: Observer | None = None, 
         t = step(config, state, event)
         want = outcome_to_json(t.outcome)
         if data["outcome"] != want:
-            problem, reqs = _explain_outcome(config, state, event, data["outcome"], want,
+            problem, why_reqs = _explain_outcome(config, state, event, data["outcome"], want,
                                              repinned)
             return stopped(LogDivergence(
                 name, record.line, seq, words, problem, _text(data["outcome"]), _text(want),
-                tuple(context[-2:]), tuple(reqs)))
+                tuple(context[-2:]), tuple(why_reqs)))
         summary = state_summary(t.state)
         if data["summary"] != summary:
             return stopped(LogDivergence(

@@ -46,8 +46,9 @@ old file so the new run continues from its state).
 most that many bytes of them, deleting the oldest first -- but never a file of a run that
 could not be replayed at a restart (``"previous_end": "unreplayed"`` in the next run's
 restart header), and, unless ``keep_last_crash`` is False, never a file of the newest run
-that crashed (``"crash"``: it ended with requests in flight or in a cut line). Those are
-kept beyond the limits, so a string of clean restarts cannot delete a crash's log.
+that crashed (``"crash"``: it ended with requests in flight or in a cut line) -- nor the
+first file of the run after each, whose header records that. Those are kept beyond the
+limits, so a string of clean restarts cannot delete a crash's log.
 
 **Failures are reported, not raised, once the log runs.** A failed write, or the live
 file deleted, renamed or replaced under the writer (checked at most every
@@ -168,7 +169,9 @@ class DecisionLogWriter:
         self.errors: dict[str, int] = {}  # PROBLEM_KINDS -> count
         self.problem: str | None = None  # why the log is not working now, if it is not
         self._lock: PathLock | None = None
-        self._live_lock: int | None = None  # fd holding flock on the live file's inode
+        # Holds flock on the live file's inode; a file object, so a writer dropped without
+        # close() (an actor that is never closed) still lets the lock go when collected.
+        self._live_lock: IO[bytes] | None = None
         self._file: IO[bytes] | None = None
         self._size = 0
         self._seq = 0
@@ -268,7 +271,7 @@ class DecisionLogWriter:
         live, self._live_lock = self._live_lock, None
         if live is not None:
             with contextlib.suppress(OSError):
-                os.close(live)
+                live.close()
         if self._lock is not None:
             self._lock.release()
             self._lock = None
@@ -422,9 +425,9 @@ class DecisionLogWriter:
             self._file = handle
             self._size = 0
             self._write(_line(header))
-            keep_current = self._live_size() > 0
-            if keep_current and self.backups == 0 and not self._protected_current():
-                keep_current = False
+            size = self._live_size()
+            fits = self.backups > 0 and (self.keep_bytes is None or size <= self.keep_bytes)
+            keep_current = size > 0 and (fits or self._protected_current())
             if keep_current:
                 self._make_room()
                 first = self.path.with_name(f"{self.path.name}.1")
@@ -443,13 +446,14 @@ class DecisionLogWriter:
             staging.unlink(missing_ok=True)  # a file without a whole header is no log
             raise
         self._since_digest = 0  # the first record of every file carries a full digest
-        old, self._live_lock = self._live_lock, os.dup(handle.fileno())
+        old, self._live_lock = self._live_lock, open(  # noqa: SIM115 (kept open)
+            os.dup(handle.fileno()), "rb", buffering=0)
         if old is not None:
             with contextlib.suppress(OSError):
-                os.close(old)  # the old file is log.1 now; its lock is no longer needed
+                old.close()  # the old file is log.1 now; its lock is no longer needed
 
     def _protected_current(self) -> bool:
-        """With no backups: is the live file one retention must keep anyway?"""
+        """Is the live file, though over the limits, one retention must keep?"""
         files = [*reversed(self.rotated()), self.path]
         return self.path in _protected(files, self.keep_last_crash)
 
@@ -511,8 +515,8 @@ def _index(path: Path) -> int:
     return int(path.name.rsplit(".", 1)[1])
 
 
-def _lock_live_file(path: Path) -> int | None:
-    """``flock`` the file at ``path`` if there is one; its fd, or None if there is none.
+def _lock_live_file(path: Path) -> IO[bytes] | None:
+    """``flock`` the file at ``path`` if there is one; the open file, or None if none.
 
     A writer that holds the path never lets it be without a locked file (see
     :meth:`DecisionLogWriter._open_new`), so a second writer that got past a deleted
@@ -538,7 +542,7 @@ def _lock_live_file(path: Path) -> int | None:
         except FileNotFoundError:
             same = False
         if same:
-            return fd
+            return open(fd, "rb", buffering=0)  # kept open: it holds the lock
         os.close(fd)  # renamed between our open and our flock: look again
     raise OSError(f"could not lock decision log {path}: the file kept being replaced")
 
@@ -577,11 +581,13 @@ def _protected(files: list[Path], keep_last_crash: bool) -> set[Path]:
         runs[-1].append(path)
     protected: set[Path] = set()
     last_crash: list[Path] = []
-    for run, end in zip(runs, ends, strict=False):  # the newest run has no end yet
+    # A run's end is written in the first file of the run after it: keep that file too,
+    # or the next rotation would forget why the run is kept.
+    for run, end, after in zip(runs, ends, runs[1:], strict=False):
         if end == "unreplayed":
-            protected.update(run)
+            protected.update([*run, after[0]])
         elif end == "crash":
-            last_crash = run
+            last_crash = [*run, after[0]]
     if keep_last_crash:
         protected.update(last_crash)
     return protected
