@@ -243,6 +243,19 @@ def register(parser: argparse.ArgumentParser) -> None:
                       help="refuse to route (503) while the decision log cannot be written, "
                       "so every routed request is in the log (default: keep routing and "
                       "report the failure)")
+    admin = parser.add_argument_group("run-time pool API (off by default)")
+    admin.add_argument("--admin-port", type=int, default=None, metavar="PORT",
+                       help="serve the pool API on this separate port: GET /backends, POST "
+                       "/backends/add, /backends/remove, /backends/drain with a JSON body "
+                       '{"url": ..., "reason": ...}; each change is an AddServers or '
+                       "RemoveServers event in the decision log with its reason (default: "
+                       "off)")
+    admin.add_argument("--admin-host", default="127.0.0.1",
+                       help="address of the pool API; anything but loopback needs "
+                       "--admin-token-file (default: %(default)s)")
+    admin.add_argument("--admin-token-file", default=None, metavar="PATH",
+                       help="file holding the bearer token the pool API requires "
+                       "(Authorization: Bearer TOKEN; at least 16 characters, one line)")
     parser.add_argument("--log-level", default="INFO",
                         choices=["DEBUG", "INFO", "WARNING", "ERROR"],
                         help="router log level (default: %(default)s)")
@@ -272,7 +285,22 @@ def options_from_args(args: argparse.Namespace) -> RouterOptions:
         require_decision_log=args.require_decision_log, warm_start=not args.cold_start,
         decision_log_keep=args.decision_log_keep,
         decision_log_keep_bytes=args.decision_log_keep_bytes,
+        admin_port=args.admin_port, admin_host=args.admin_host,
+        admin_token=_admin_token(args.admin_token_file),
     )
+
+
+def _admin_token(path: str | None) -> str | None:
+    """The token in ``--admin-token-file`` (read at start; never on the command line,
+    where ``ps`` would show it)."""
+    if path is None:
+        return None
+    try:
+        with open(path, encoding="utf-8") as handle:
+            return handle.read(4096).strip()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise OptionsError(f"cannot read --admin-token-file {path!r}: "
+                           f"{getattr(exc, 'strerror', None) or exc}") from None
 
 
 def run(args: argparse.Namespace) -> int:

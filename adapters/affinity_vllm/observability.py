@@ -140,6 +140,10 @@ class RouterMetrics:
         self.retries.samples[()] = 0.0
         self.client_disconnects.samples[()] = 0.0
 
+
+    def register(self, server_id: str) -> None:
+        """A backend added at run time (admin API) gets its report slot."""
+        self.reports.setdefault(server_id, BackendReport())
     def backend_error(self, backend: str, kind: str) -> None:
         self.backend_errors.inc(backend, kind)
 

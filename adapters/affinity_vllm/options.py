@@ -15,6 +15,7 @@ key in /status.
 
 from __future__ import annotations
 
+import ipaddress
 import math
 from typing import Any
 from urllib.parse import urlsplit
@@ -142,6 +143,24 @@ def _optional_path(_inst: Any, _attr: Any, value: Any) -> None:
         raise OptionsError(f"decision_log must be a file path (or omitted), got {value!r}")
 
 
+def _optional_token(_inst: Any, _attr: Any, value: Any) -> None:
+    if value is None:
+        return
+    if not isinstance(value, str) or len(value) < 16 or any(
+            c.isspace() or not c.isprintable() for c in value) or not value.isascii():
+        raise OptionsError("admin_token must be at least 16 printable ASCII characters "
+                           "without spaces (--admin-token-file holds it on one line)")
+
+
+def _loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
 @attrs.frozen(kw_only=True)
 class RouterOptions:
     """Validated options of ``affinity serve`` (see ``affinity serve --help``)."""
@@ -210,8 +229,21 @@ class RouterOptions:
     decision_log_keep_bytes: int | None = attrs.field(
         default=None, validator=attrs.validators.optional(
             _in_range("decision_log_keep_bytes", 0, 1 << 50, True)))
+    # The run-time pool API (admin.py): its own port, off by default; beyond loopback
+    # only with a bearer token.
+    admin_host: str = "127.0.0.1"
+    admin_port: int | None = attrs.field(default=None, validator=attrs.validators.optional(
+        _in_range("admin_port", 0, 65535, True)))
+    admin_token: str | None = attrs.field(default=None, repr=False,
+                                          validator=_optional_token)
 
     def __attrs_post_init__(self) -> None:
+        if self.admin_port is not None and self.admin_token is None and not _loopback(
+                self.admin_host):
+            raise OptionsError(f"admin API on {self.admin_host!r} is reachable beyond this "
+                               "machine: it needs a bearer token (--admin-token-file), or "
+                               "bind it to a loopback address such as 127.0.0.1 "
+                               "(--admin-host)")
         if self.require_decision_log and not self.decision_log:
             raise OptionsError("require_decision_log needs a decision_log path "
                                "(--require-decision-log without --decision-log)")

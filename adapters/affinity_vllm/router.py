@@ -49,6 +49,7 @@ import aiohttp
 
 from affinity_runtime.decision_log import DecisionLogWriter
 
+from .admin import AdminApi
 from .context import ContextCounter
 from .health import BackendHealth, Health, HealthPolicy, PoolChange
 from .http1 import IncomingRequest, ServerLimits, error_body
@@ -94,7 +95,11 @@ class Router:
                               eject_connect_errors=options.eject_connect_errors,
                               ejection_base=options.ejection_base,
                               ejection_max=options.ejection_max)
+        self._policy = policy
         self.health = {sid: BackendHealth(policy) for sid in options.backends}
+        # Backends the admin API took out ("remove" or "drain"): health never re-adds them.
+        self.admin_out: dict[str, str] = {}
+        self.admin: AdminApi | None = None
         self.metrics.health = self.health
         self.pool = UpstreamPool(options.connect_timeout, options.upstream_timeout)
         self.proxy = Proxy(options, self.table, self.metrics, self.pool, self.report)
@@ -148,7 +153,28 @@ class Router:
             connector=aiohttp.TCPConnector(limit=0, limit_per_host=0),
             cookie_jar=aiohttp.DummyCookieJar(), trust_env=False)
         self.monitor.start()
+        if self.options.admin_port is not None:
+            self.admin = AdminApi(self, self.options.admin_token)
+            try:
+                port = await self.admin.start(self.options.admin_host, self.options.admin_port)
+            except OSError:
+                await self.stop()
+                raise
+            log.info("admin API on %s:%d (%s)", self.options.admin_host, port,
+                     "bearer token required" if self.options.admin_token else "no token: "
+                     "loopback only")
         return self.port
+
+    def register_backend(self, url: str) -> None:
+        """A backend the admin API adds at run time: known from now on, not yet active."""
+        self.table.register(url)
+        self.health[url] = BackendHealth(self._policy)
+        self.metrics.register(url)
+
+    def left_pool(self, sid: str) -> None:
+        """``sid`` left the pool: drop its idle connections and its reuse evidence."""
+        self.pool.drop(sid)
+        self.proxy.left_pool(sid)
 
     def _open_decision_log(self) -> None:
         """The one place that opens the decision log (after the port is bound)."""
@@ -170,6 +196,8 @@ class Router:
         the rest (each releases its lease as it unwinds) and close everything."""
         self.server.stop_listening()
         self.server.close_idle()
+        if self.admin is not None:
+            self.admin.stop()
         deadline = time.monotonic() + grace
         next_note = time.monotonic()
         while self.active_requests and time.monotonic() < deadline:
@@ -223,9 +251,10 @@ class Router:
                           "health check")
 
     def _pool_change(self, sid: str, change: PoolChange, why: str) -> None:
+        if change is PoolChange.ADD and sid in self.admin_out:
+            return  # taken out by the admin API: only an admin add brings it back
         if change is PoolChange.REMOVE and self.table.remove(sid, f"health: {why}"):
-            self.pool.drop(sid)
-            self.proxy.left_pool(sid)
+            self.left_pool(sid)
             state = self.health[sid]
             log.warning("backend %s out of the pool (%s; %s, back-off %.1f s)", sid, why,
                         state.state.value, state.backoff())

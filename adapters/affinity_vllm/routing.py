@@ -208,6 +208,12 @@ class RoutingTable:
         self.pool_changes["added"] += 1
         return True
 
+    def register(self, server_id: str) -> None:
+        """Know a new backend (the admin API's add); :meth:`add` puts it in the pool."""
+        if server_id not in self.servers:
+            self.servers = (*self.servers, server_id)
+            self.open_requests[server_id] = 0
+
     def observe(self, observed: Iterable[tuple[str, int]]) -> LoadsObserved:
         outcome = self.apply(ObserveLoads(observed=tuple(observed)))
         assert isinstance(outcome, LoadsObserved), outcome
