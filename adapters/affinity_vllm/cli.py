@@ -256,7 +256,11 @@ def register(parser: argparse.ArgumentParser) -> None:
     admin.add_argument("--admin-token-file", default=None, metavar="PATH",
                        help="file holding the bearer token the pool API requires "
                        "(Authorization: Bearer TOKEN; at least 16 characters, one line)")
-    parser.add_argument("--log-level", default="INFO",
+    parser.add_argument("--access-log", default=None, metavar="PATH",
+                        help="append one JSON line per request to PATH ('-': stdout): "
+                        "method, path, status, duration_ms, ttfb_ms, backend, decision, "
+                        "a hash of the session key, client (default: off)")
+    parser.add_argument("--log-level", default="INFO", type=str.upper,
                         choices=["DEBUG", "INFO", "WARNING", "ERROR"],
                         help="router log level (default: %(default)s)")
     parser.set_defaults(run=run)
@@ -286,7 +290,7 @@ def options_from_args(args: argparse.Namespace) -> RouterOptions:
         decision_log_keep=args.decision_log_keep,
         decision_log_keep_bytes=args.decision_log_keep_bytes,
         admin_port=args.admin_port, admin_host=args.admin_host,
-        admin_token=_admin_token(args.admin_token_file),
+        admin_token=_admin_token(args.admin_token_file), access_log=args.access_log,
     )
 
 

@@ -54,8 +54,9 @@ class ServerLimits:
 class IncomingRequest:
     """One parsed request: raw header pairs (names lower-case), the body, timing."""
 
-    __slots__ = ("abandoned", "body", "client", "connection", "headers", "keep_alive",
-                 "method", "path", "query", "received_at", "target", "version")
+    __slots__ = ("abandoned", "backend", "body", "client", "connection", "decision",
+                 "first_byte_at", "headers", "keep_alive", "method", "path", "query",
+                 "received_at", "session", "target", "version")
 
     def __init__(self, connection: ClientConnection, received_at: float) -> None:
         self.connection = connection
@@ -70,6 +71,12 @@ class IncomingRequest:
         self.keep_alive = True
         self.abandoned = False  # the client left while this request was handled
         self.client = connection.peer
+        # Set by the proxy for the access log and the per-backend histograms: the backend
+        # of the last attempt, its routing decision, and when its response head arrived.
+        self.backend: str | None = None
+        self.decision: str | None = None
+        self.first_byte_at: float | None = None
+        self.session: str | None = None  # the session key it was routed by
 
     def header(self, name: bytes) -> bytes | None:
         """The first value of a header (``name`` lower-case), or None."""

@@ -143,6 +143,11 @@ def _optional_path(_inst: Any, _attr: Any, value: Any) -> None:
         raise OptionsError(f"decision_log must be a file path (or omitted), got {value!r}")
 
 
+def _optional_access_log(_inst: Any, _attr: Any, value: Any) -> None:
+    if value is not None and (not isinstance(value, str) or not value.strip()):
+        raise OptionsError(f"access_log must be a file path or '-' (or omitted), got {value!r}")
+
+
 def _optional_token(_inst: Any, _attr: Any, value: Any) -> None:
     if value is None:
         return
@@ -236,6 +241,8 @@ class RouterOptions:
         _in_range("admin_port", 0, 65535, True)))
     admin_token: str | None = attrs.field(default=None, repr=False,
                                           validator=_optional_token)
+    # One JSON line per request (access_log.py); "-" is stdout.
+    access_log: str | None = attrs.field(default=None, validator=_optional_access_log)
 
     def __attrs_post_init__(self) -> None:
         if self.admin_port is not None and self.admin_token is None and not _loopback(

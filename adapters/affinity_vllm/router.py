@@ -49,6 +49,7 @@ import aiohttp
 
 from affinity_runtime.decision_log import DecisionLogWriter
 
+from .access_log import AccessLog
 from .admin import AdminApi
 from .context import ContextCounter
 from .health import BackendHealth, Health, HealthPolicy, PoolChange
@@ -100,6 +101,9 @@ class Router:
         # Backends the admin API took out ("remove" or "drain"): health never re-adds them.
         self.admin_out: dict[str, str] = {}
         self.admin: AdminApi | None = None
+        self.access_log: AccessLog | None = None
+        if options.access_log is not None:
+            self.access_log = AccessLog(options.access_log)
         self.metrics.health = self.health
         self.pool = UpstreamPool(options.connect_timeout, options.upstream_timeout)
         self.proxy = Proxy(options, self.table, self.metrics, self.pool, self.report)
@@ -221,6 +225,8 @@ class Router:
             await self._session.close()
             self._session = None
         self.table.close()
+        if self.access_log is not None:
+            self.access_log.close()
         log.info("shutdown: done; %d requests open", self.active_requests)
 
     # ----------------------------------------------------------------- health
@@ -298,6 +304,19 @@ class Router:
         if request.abandoned:
             status = 499  # the client left, whatever the relay managed to finish
         self.metrics.requests.inc(label, str(status))
+        self._observe(request, status)
+
+    def _observe(self, request: IncomingRequest, status: int) -> None:
+        """Per-backend histograms and the access log line of a finished request."""
+        ended = time.perf_counter()
+        backend = request.backend
+        if backend is not None:
+            self.metrics.duration.observe(backend, ended - request.received_at)
+            if request.first_byte_at is not None:
+                self.metrics.first_byte.observe(backend,
+                                                request.first_byte_at - request.received_at)
+        if self.access_log is not None:
+            self.access_log.write(request, status, request.session, ended)
 
     def _no_route(self, request: IncomingRequest) -> int:
         allowed = self._paths.get(request.path)
@@ -382,6 +401,7 @@ class Router:
                              f"{self.options.max_concurrency} requests (--max-concurrency)",
                              "overloaded")
         self.active_requests += 1
+        request.session = key
         try:
             return await self.proxy.forward(request, key, context_tokens)
         finally:
