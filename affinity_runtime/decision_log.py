@@ -19,7 +19,8 @@ Why not a digest on every line: the full digest serializes the whole sticky map,
 costs time linear in the sticky entries; the summary is O(1), and the periodic digest
 bounds how long a silent divergence of the sticky map can go unnoticed. The checker
 (:mod:`affinity_conformance.log_replay`, ``affinity replay``) reads this format; this
-module only writes it, so runtime code never imports conformance tooling.
+module only writes it (a restart replays an old log through that same checker, in
+:mod:`affinity_runtime.warm_start`).
 
 **One writer per path (R-LOG-2).** :meth:`DecisionLogWriter.lock` (which
 :meth:`~DecisionLogWriter.start` calls) takes two exclusive locks before it looks at,

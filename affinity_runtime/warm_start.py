@@ -5,12 +5,14 @@ Theory of operation
 A router or balancer that restarts on the same decision log path should not start cold:
 its sticky map (which backend holds which conversation's prefix cache) and its counters
 are in the log. :func:`start_log` locks the path (R-LOG-2), replays the newest file of
-the old log through ``step`` -- the very replay ``affinity replay`` runs
-(:func:`affinity_conformance.log_replay.replay_file`), so the restarted state *is* the
-replayed state, by construction (R-LOG-3) -- and starts the new file with a header
-holding that state, its ``seq`` one past the old file's last record and
-``"restart": {"mode": "warm", ...}``. Replay checks that header joins the old file like
-a rotation does.
+the old log through ``step`` -- from its header's state, every logged event, each
+outcome, summary and digest checked against the core's as it goes, so a damaged or
+foreign file is never trusted -- and starts the new file with a header holding the state
+reached, its ``seq`` one past the old file's last record and ``"restart": {"mode":
+"warm", ...}``. ``affinity replay`` then checks that this header joins the old file
+exactly like a rotation does: that check is what proves the restarted state equals the
+replayed state (R-LOG-3). (Runtime code does not import the checker itself,
+``tests/test_runtime_layering.py``; this loop is the few lines of it a restart needs.)
 
 The dead process's requests in flight hold leases (or, without lease accounting, counts)
 in that state; nothing will ever release them. The caller applies
@@ -35,16 +37,34 @@ every unreplayed run.
 
 from __future__ import annotations
 
+import json
 import logging
+from pathlib import Path
 from typing import Any
 
 import attrs
 
-from affinity_core import Config, Release, State, config_to_json
+from affinity_core import (
+    CodecError,
+    Config,
+    ConfigError,
+    Release,
+    State,
+    config_from_json,
+    config_to_json,
+    event_from_json,
+    outcome_to_json,
+    state_digest,
+    state_from_json,
+    step,
+)
 
-from .decision_log import DecisionLogWriter
+from .decision_log import LOG_FORMAT, DecisionLogWriter, state_summary
 
-__all__ = ["ABANDONED", "Resumed", "abandoned_releases", "start_log"]
+_MAX_LINE = 256 << 20  # as the checker: a header holds the whole state
+
+__all__ = ["ABANDONED", "Replayed", "Resumed", "Unreplayable", "abandoned_releases",
+           "replay_newest", "start_log"]
 
 ABANDONED = "abandoned: in flight when the previous run stopped"
 
@@ -59,6 +79,69 @@ class Resumed:
     warm: bool
     abandoned: tuple[Release, ...] = ()
     message: str = ""
+
+
+class Unreplayable(ValueError):
+    """The old log is not one this writer can continue (the message says why)."""
+
+
+@attrs.frozen
+class Replayed:
+    config: Config
+    state: State
+    next_seq: int
+    records: int
+    truncated: bool
+
+
+def replay_newest(path: Path) -> Replayed:
+    """Replay one log file through ``step``, checking every record; raises
+    :class:`Unreplayable` naming the line and the problem. A cut last line ends it."""
+    try:
+        with open(path, encoding="utf-8") as handle:
+            return _replay(path, handle)
+    except Unreplayable:
+        raise
+    except (OSError, UnicodeDecodeError, ValueError, KeyError, TypeError) as exc:
+        raise Unreplayable(f"{path}: {exc}") from None
+
+
+def _replay(path: Path, handle: Any) -> Replayed:
+    line = handle.readline(_MAX_LINE)
+    if not line.endswith("\n"):
+        raise Unreplayable(f"{path}:1: no complete header line")
+    header = json.loads(line)
+    if not isinstance(header, dict) or header.get("format") != LOG_FORMAT:
+        raise Unreplayable(f"{path}:1: not a decision log of format {LOG_FORMAT}")
+    try:
+        config = config_from_json(header["config"])
+        state = state_from_json(config, header["state"])
+    except (CodecError, ConfigError) as exc:
+        raise Unreplayable(f"{path}:1: header: {exc}") from None
+    seq = header["seq"]
+    if isinstance(seq, bool) or not isinstance(seq, int) or seq < 0:
+        raise Unreplayable(f"{path}:1: header seq {seq!r} is not an integer >= 0")
+    records, number = 0, 1
+    while line := handle.readline(_MAX_LINE):
+        number += 1
+        if not line.endswith("\n"):
+            return Replayed(config, state, seq, records, truncated=True)
+        record = json.loads(line)
+        if record["seq"] != seq:
+            raise Unreplayable(f"{path}:{number}: seq {record['seq']!r} where {seq} was due")
+        try:
+            event = event_from_json(record["event"])
+        except CodecError as exc:
+            raise Unreplayable(f"{path}:{number}: event: {exc}") from None
+        transition = step(config, state, event)
+        digest = record.get("state_digest")
+        if (record["outcome"] != outcome_to_json(transition.outcome)
+                or record["summary"] != state_summary(transition.state)
+                or (digest is not None and digest != state_digest(transition.state))):
+            raise Unreplayable(f"{path}:{number}: seq {seq} does not match the spec "
+                               "(affinity replay pinpoints it)")
+        state, seq, records = transition.state, seq + 1, records + 1
+    return Replayed(config, state, seq, records, truncated=False)
 
 
 def abandoned_releases(config: Config, state: State) -> tuple[Release, ...]:
@@ -85,24 +168,17 @@ def start_log(writer: DecisionLogWriter, config: Config, fresh: State, *,
     if old is None:
         writer.start(config, fresh)
         return Resumed(fresh, warm=False)
-    from affinity_conformance.log_replay import LogError, replay_file
-
     restart: dict[str, Any]
     try:
-        result = replay_file(old)
-    except (LogError, OSError) as exc:
+        result = replay_newest(old)
+    except Unreplayable as exc:
         why = f"the old log cannot be replayed ({exc})"
         restart = {"mode": "cold", "previous_end": "unreplayed", "reason": why}
         return _cold(writer, config, fresh, restart)
-    if result.divergence is not None or result.final_state is None or result.config is None:
-        where = "" if result.divergence is None else f": {result.divergence.problem}"
-        why = f"the old log does not replay against the spec{where}"
-        restart = {"mode": "cold", "previous_end": "unreplayed", "reason": why}
-        return _cold(writer, config, fresh, restart)
-    state = result.final_state
+    state = result.state
     abandoned = abandoned_releases(result.config, state)
     end = "crash" if abandoned or result.truncated else "stop"
-    next_seq = result.next_seq if result.next_seq is not None else 0
+    next_seq = result.next_seq
     if not warm or result.config != config:
         why = ("warm start is off" if not warm else
                "the configuration changed: " + _config_change(result.config, config))
