@@ -3,7 +3,8 @@
 Theory of operation
 -------------------
 The format and the writer live with the runtime, in :mod:`affinity_runtime.decision_log`
-(the adapters write logs at run time and must not import conformance tooling); this
+(the adapters write logs at run time; only their warm start replays one, through
+:mod:`affinity_conformance.log_replay`); this
 module is the checker's side. :func:`read_log` decodes one file line by line: the first
 line must be a header of format :data:`~affinity_runtime.decision_log.LOG_FORMAT`, every
 further line a record with ``seq``, ``event``, ``outcome`` and ``summary``. Anything else

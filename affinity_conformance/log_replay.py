@@ -20,6 +20,14 @@ header's ``seq`` is one past the previous file's last record, its configuration 
 previous file's, and its state has the digest of the state the previous file ended in --
 so rotation lost, reordered or rewrote nothing between the files.
 
+A header with ``"restart"`` starts a new *run* (R-LOG-3): a writer restarted on the same
+path. A ``warm`` restart continued the old run's state, so its header must join the file
+before it exactly as a rotation does -- also when that file ends in a cut line, which is
+what a crash leaves -- and that check is the proof that the restarted writer's state is
+the replayed state. A ``cold`` restart starts from a fresh state and is replayed alone.
+A file after a truncated one without a restart header is replayed alone too. The set's
+result counts its runs.
+
 The logged event already carries everything the core needs: the adapter writes the
 ``tie_draw`` it drew and the ``request_hash`` it computed. The first violation ends the
 file's replay (everything after it is built on a state the spec never reached) and is
@@ -63,8 +71,8 @@ from .diagnosis import describe_event, explain_acquire, note_repin
 DIGEST_EVERY = DEFAULT_DIGEST_EVERY
 """R-LOG-1: a state digest on each file's first record and at least every 1,024 records."""
 
-__all__ = ["DIGEST_EVERY", "FileResult", "LogDivergence", "LogError", "Observer", "replay_file",
-           "replay_files"]
+__all__ = ["DIGEST_EVERY", "RESTART_MODES", "FileResult", "LogDivergence", "LogError",
+           "Observer", "count_runs", "replay_file", "replay_files"]
 
 Observer = Callable[[Event, Outcome, State], None]
 """Called as ``observer(event, outcome, state_after)`` for every record that matched."""
@@ -104,6 +112,8 @@ class FileResult:
     config: Config | None = None  # from the header (None only if the file had none)
     header_seq: int | None = None
     final_state: State | None = None  # after the last matching record (or the header's)
+    restart: str | None = None  # the header's restart mode: this file starts a new run
+    new_run: bool = False  # replayed without joining the file before it (or a warm restart)
 
     @property
     def next_seq(self) -> int | None:
@@ -111,6 +121,20 @@ class FileResult:
         if self.last_seq is not None:
             return self.last_seq + 1
         return self.header_seq
+
+
+RESTART_MODES = ("warm", "cold")
+
+
+def _restart_mode(path: str, data: dict[str, Any]) -> str | None:
+    restart = data.get("restart")
+    if restart is None:
+        return None
+    mode = restart.get("mode") if isinstance(restart, dict) else None
+    if mode not in RESTART_MODES:
+        raise LogError(f"{path}:1: header restart must be an object with mode "
+                       f"{' or '.join(map(repr, RESTART_MODES))}, got {restart!r}")
+    return str(mode)
 
 
 def _header(path: str, data: dict[str, Any]) -> tuple[Config, State, int]:
@@ -167,11 +191,14 @@ def replay_file(path: str | os.PathLike[str], observer: Observer | None = None, 
     context: list[str] = []
     since_digest = 0  # records since the last one with a state_digest, this one excluded
     repinned: dict[str, tuple[str, str]] = {}  # id -> (seq of its last break, pin before)
+    restart: str | None = None
+    new_run = False
     records = read_log(name)
 
     def stopped(divergence: LogDivergence) -> FileResult:
         return FileResult(name, checked, first, last, divergence, config=config,
-                          header_seq=header_seq, final_state=state)
+                          header_seq=header_seq, final_state=state, restart=restart,
+                          new_run=new_run)
 
     while True:
         try:
@@ -181,7 +208,8 @@ def replay_file(path: str | os.PathLike[str], observer: Observer | None = None, 
         except LogError as exc:
             if "truncated" in str(exc) and config is not None:
                 return FileResult(name, checked, first, last, truncated=str(exc),
-                                  config=config, header_seq=header_seq, final_state=state)
+                                  config=config, header_seq=header_seq, final_state=state,
+                                  restart=restart, new_run=new_run)
             raise
         except IsADirectoryError:
             raise LogError(f"{name}: is a directory, expected a log file") from None
@@ -192,12 +220,22 @@ def replay_file(path: str | os.PathLike[str], observer: Observer | None = None, 
         if record.is_header:
             config, state, expected_seq = _header(name, record.data)
             header_seq = expected_seq
-            join = None if after is None else _join_problem(after, config, state,
-                                                             expected_seq)
+            restart = _restart_mode(name, record.data)
+            new_run = after is not None and (restart is not None
+                                             or after.truncated is not None)
+            # A cold restart, or a file after a cut one, starts over: nothing to join.
+            joins = after is not None and (restart == "warm" or not new_run)
+            join = _join_problem(after, config, state, expected_seq) if (
+                joins and after is not None) else None
             if join is not None:
                 problem, logged, expected = join
+                reqs: tuple[str, ...] = ("R-LOG-1",)
+                if restart == "warm":
+                    problem = ("a warm restart does not continue the run before it: "
+                               + problem)
+                    reqs = ("R-LOG-3",)
                 return stopped(LogDivergence(name, record.line, expected_seq, "header",
-                                             problem, logged, expected, (), ("R-LOG-1",)))
+                                             problem, logged, expected, (), reqs))
             continue
         assert config is not None and state is not None
         data = record.data
@@ -226,11 +264,11 @@ def replay_file(path: str | os.PathLike[str], observer: Observer | None = None, 
         t = step(config, state, event)
         want = outcome_to_json(t.outcome)
         if data["outcome"] != want:
-            problem, reqs = _explain_outcome(config, state, event, data["outcome"], want,
+            problem, why_reqs = _explain_outcome(config, state, event, data["outcome"], want,
                                              repinned)
             return stopped(LogDivergence(
                 name, record.line, seq, words, problem, _text(data["outcome"]), _text(want),
-                tuple(context[-2:]), tuple(reqs)))
+                tuple(context[-2:]), tuple(why_reqs)))
         summary = state_summary(t.state)
         if data["summary"] != summary:
             return stopped(LogDivergence(
@@ -263,7 +301,7 @@ def replay_file(path: str | os.PathLike[str], observer: Observer | None = None, 
         expected_seq = seq + 1
         context.append(f"seq {seq} {words} -> {_short(want)}")
     return FileResult(name, checked, first, last, config=config, header_seq=header_seq,
-                      final_state=state)
+                      final_state=state, restart=restart, new_run=new_run)
 
 
 def _line_of_seq(records: Iterator[LogRecord], seq: int) -> int | None:
@@ -324,16 +362,21 @@ def replay_files(paths: Sequence[str | os.PathLike[str]],
                  observer: Observer | None = None, *, join: bool = True) -> list[FileResult]:
     """Replay a rotated set given oldest first: each file from its own header, each
     header checked to continue the file before it (R-LOG-1). Stops at the first
-    divergence. A truncated file ends the set's joins: a file after it is replayed alone
-    (a writer that died mid-record may have restarted from a new header). ``join=False``
-    replays unrelated files, each alone, and every one of them: a divergence in one does
-    not stop the others."""
+    divergence. A restart header starts a new run (R-LOG-3): a warm one must still
+    continue the file before it, a cold one is replayed alone; so is a file after a
+    truncated one without a restart header. ``join=False`` replays unrelated files, each
+    alone, and every one of them: a divergence in one does not stop the others."""
     results: list[FileResult] = []
     for path in paths:
-        joinable = join and bool(results) and results[-1].truncated is None
-        previous = results[-1] if joinable else None
+        previous = results[-1] if join and results else None
         result = replay_file(path, observer, after=previous)
         results.append(result)
         if result.divergence is not None and join:
             break
     return results
+
+
+def count_runs(results: Sequence[FileResult]) -> int:
+    """How many runs a replayed set holds: its first file's, plus one per file that
+    started a new one (a restart, or a file after a truncated one)."""
+    return (1 if results else 0) + sum(r.new_run for r in results[1:])

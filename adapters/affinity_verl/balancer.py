@@ -44,6 +44,14 @@ changes nothing. A write failure or the log deleted underneath is reported in
 routing goes on; with ``decision_log_required`` an acquire is refused instead
 (``RuntimeError`` naming the log's problem), and an acquire whose record failed is
 undone, so every server handed out is in the log.
+
+A balancer constructed where its decision log already exists (an actor restarted on the
+same path) starts warm (R-LOG-3, :mod:`affinity_runtime.warm_start`): the old log is
+replayed through the core and the balancer continues from its state -- sticky pins and
+counters -- releasing the dead actor's in-flight requests as abandoned and bringing the
+pool to the servers it was given, each a logged event with its reason. A log that cannot
+be replayed, or a changed routing configuration, starts cold (logged). A new path starts
+cold, as before.
 """
 
 from __future__ import annotations
@@ -76,6 +84,7 @@ from affinity_engine import (
     step,
 )
 from affinity_runtime.decision_log import DecisionLogWriter
+from affinity_runtime.warm_start import ABANDONED, start_log
 
 from .options import BalancerOptions, OptionError, parse_options
 
@@ -164,7 +173,13 @@ class AffinityLoadBalancer:
                 max_bytes=parsed.decision_log_max_bytes,
                 backups=parsed.decision_log_backups,
             )
-            self._log.start(self._config, self._state)  # locks; DecisionLogLocked if held
+            # locks (DecisionLogLocked if held), then continues from an old log's state
+            resumed = start_log(self._log, self._config, self._state)
+            self._state = resumed.state
+            for release in resumed.abandoned:
+                self._apply(release, ABANDONED)
+            if resumed.warm:
+                self._join_pool_after_restart()
         # The common case, decided once: no log to write, and an acquire's event is the
         # request id alone. acquire_server / release_server then step the core inline
         # (what _apply does without a log) instead of through two more method calls.
@@ -173,7 +188,17 @@ class AffinityLoadBalancer:
             self._band or self._needs_draw or self._needs_hash)
 
     # ------------------------------------------------------------------ internals
-    def _apply(self, event: Event) -> Outcome:
+    def _join_pool_after_restart(self) -> None:
+        """After a warm start: the pool is the servers this balancer was given."""
+        pool = self._state.pool
+        gone = [s for s in pool.servers if s not in self._handles]
+        if gone:
+            self._apply(RemoveServers(server_ids=gone), "restart: no longer configured")
+        back = [s for s in self._handles if s not in self._state.pool]
+        if back:
+            self._apply(AddServers(server_ids=back), "restart: configured")
+
+    def _apply(self, event: Event, reason: str | None = None) -> Outcome:
         log = self._log
         if log is None:
             transition = step(self._config, self._state, event)
@@ -187,8 +212,8 @@ class AffinityLoadBalancer:
         transition = step(self._config, before, event)
         self._state = transition.state
         if log is not None and not log.record(
-                self._config, before, event, transition.outcome, transition.state
-        ) and required:
+                self._config, before, event, transition.outcome, transition.state,
+                reason=reason) and required:
             self._state = before  # the acquire the log did not take never happened
             self._refuse_unlogged(log)
         return transition.outcome

@@ -62,7 +62,7 @@ __all__ = [
 
 DEFAULT_TIE_BREAK = "draw"
 DEFAULT_DECISION_LOG_MAX_BYTES = 64 << 20
-DEFAULT_DECISION_LOG_BACKUPS = 3
+DEFAULT_DECISION_LOG_BACKUPS = 10  # the newest crash and unreplayed runs are kept beyond it
 MIN_DECISION_LOG_BYTES = 4096  # the writer's own floor: one header plus a few records
 
 ROUTING_KEYS = (

@@ -234,7 +234,10 @@ def register(parser: argparse.ArgumentParser) -> None:
                       "Opened only after the port is bound, under an exclusive lock on "
                       "PATH.lock: a second router on the same PATH exits with an error "
                       "naming the holder's PID and changes nothing. An existing log at PATH "
-                      "is rotated to PATH.1, not overwritten. Write failures and a log "
+                      "is rotated to PATH.1, not overwritten, and the router continues "
+                      "from its state (warm start: sticky pins and counters come back, "
+                      "requests the old process had in flight are released as "
+                      "abandoned; see --cold-start). Write failures and a log "
                       "deleted or replaced underneath are reported in /metrics "
                       "(affinity_router_decision_log_ok, _errors_total) and the router log, "
                       "and the writer resumes with a new file (default: off)")
@@ -242,11 +245,41 @@ def register(parser: argparse.ArgumentParser) -> None:
                       default=d.decision_log_max_bytes.default,
                       help="rotate the decision log at this size; each file replays alone "
                       "(default: %(default)s)")
+    logs.add_argument("--cold-start", action="store_true",
+                      help="start from a fresh state even when --decision-log PATH holds "
+                      "the previous run's log (default: replay it and continue from its "
+                      "state; a log that cannot be replayed, or a changed routing "
+                      "configuration, starts cold anyway, with the reason in the log)")
+    logs.add_argument("--decision-log-keep", type=int, default=d.decision_log_keep.default,
+                      metavar="N",
+                      help="keep at most N rotated files (PATH.1 ... PATH.N); the newest "
+                      "crashed run and any run a restart could not replay are kept beyond "
+                      "it (default: %(default)s)")
+    logs.add_argument("--decision-log-keep-bytes", type=int, default=None, metavar="BYTES",
+                      help="also keep at most BYTES of rotated files, with the same "
+                      "exceptions (default: no byte limit)")
     logs.add_argument("--require-decision-log", action="store_true",
                       help="refuse to route (503) while the decision log cannot be written, "
                       "so every routed request is in the log (default: keep routing and "
                       "report the failure)")
-    parser.add_argument("--log-level", default="INFO",
+    admin = parser.add_argument_group("run-time pool API (off by default)")
+    admin.add_argument("--admin-port", type=int, default=None, metavar="PORT",
+                       help="serve the pool API on this separate port: GET /backends, POST "
+                       "/backends/add, /backends/remove, /backends/drain with a JSON body "
+                       '{"url": ..., "reason": ...}; each change is an AddServers or '
+                       "RemoveServers event in the decision log with its reason (default: "
+                       "off)")
+    admin.add_argument("--admin-host", default="127.0.0.1",
+                       help="address of the pool API; anything but loopback needs "
+                       "--admin-token-file (default: %(default)s)")
+    admin.add_argument("--admin-token-file", default=None, metavar="PATH",
+                       help="file holding the bearer token the pool API requires "
+                       "(Authorization: Bearer TOKEN; at least 16 characters, one line)")
+    parser.add_argument("--access-log", default=None, metavar="PATH",
+                        help="append one JSON line per request to PATH ('-': stdout): "
+                        "method, path, status, duration_ms, ttfb_ms, backend, decision, "
+                        "a hash of the session key, client (default: off)")
+    parser.add_argument("--log-level", default="INFO", type=str.upper,
                         choices=["DEBUG", "INFO", "WARNING", "ERROR"],
                         help="router log level (default: %(default)s)")
     parser.set_defaults(run=run)
@@ -272,11 +305,28 @@ def options_from_args(args: argparse.Namespace) -> RouterOptions:
         health_interval=args.health_interval, health_timeout=args.health_timeout,
         scrape_metrics=args.scrape_metrics, scrape_interval=args.scrape_interval,
         decision_log=args.decision_log, decision_log_max_bytes=args.decision_log_max_bytes,
-        require_decision_log=args.require_decision_log,
+        require_decision_log=args.require_decision_log, warm_start=not args.cold_start,
         health_failure_threshold=args.health_failure_threshold,
         health_success_threshold=args.health_success_threshold,
         body_memory_budget=args.body_memory_budget,
+        decision_log_keep=args.decision_log_keep,
+        decision_log_keep_bytes=args.decision_log_keep_bytes,
+        admin_port=args.admin_port, admin_host=args.admin_host,
+        admin_token=_admin_token(args.admin_token_file), access_log=args.access_log,
     )
+
+
+def _admin_token(path: str | None) -> str | None:
+    """The token in ``--admin-token-file`` (read at start; never on the command line,
+    where ``ps`` would show it)."""
+    if path is None:
+        return None
+    try:
+        with open(path, encoding="utf-8") as handle:
+            return handle.read(4096).strip()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise OptionsError(f"cannot read --admin-token-file {path!r}: "
+                           f"{getattr(exc, 'strerror', None) or exc}") from None
 
 
 def run(args: argparse.Namespace) -> int:

@@ -57,8 +57,9 @@ class ServerLimits:
 class IncomingRequest:
     """One parsed request: raw header pairs (names lower-case), the body, timing."""
 
-    __slots__ = ("abandoned", "body", "client", "connection", "headers", "keep_alive",
-                 "method", "path", "query", "received_at", "reserved", "target", "version")
+    __slots__ = ("abandoned", "backend", "body", "client", "connection", "decision",
+                 "first_byte_at", "headers", "keep_alive", "method", "path", "query",
+                 "received_at", "reserved", "session", "target", "version")
 
     def __init__(self, connection: ClientConnection, received_at: float) -> None:
         self.connection = connection
@@ -74,6 +75,12 @@ class IncomingRequest:
         self.abandoned = False  # the client left while this request was handled
         self.reserved = 0  # bytes of the server's body budget this request holds
         self.client = connection.peer
+        # Set by the proxy for the access log and the per-backend histograms: the backend
+        # of the last attempt, its routing decision, and when its response head arrived.
+        self.backend: str | None = None
+        self.decision: str | None = None
+        self.first_byte_at: float | None = None
+        self.session: str | None = None  # the session key it was routed by
 
     def header(self, name: bytes) -> bytes | None:
         """The first value of a header (``name`` lower-case), or None."""

@@ -32,6 +32,7 @@ from collections.abc import Iterable, Sequence
 __all__ = [
     "Family",
     "Histogram",
+    "LabeledHistogram",
     "Registry",
     "parse_samples",
     "sum_samples",
@@ -134,11 +135,41 @@ class Histogram:
         yield f"{self.name}_count {self.count}"
 
 
+class LabeledHistogram:
+    """Histograms with the same bounds, one per label value (e.g. per backend)."""
+
+    def __init__(self, name: str, help_text: str, label: str, buckets: Sequence[float]):
+        self.name, self.kind, self.help_text, self.label = name, "histogram", help_text, label
+        self._buckets = tuple(buckets)
+        self.children: dict[str, Histogram] = {}
+        Histogram(name, help_text, buckets)  # validates the buckets now
+
+    def observe(self, value_of_label: str, value: float) -> None:
+        child = self.children.get(value_of_label)
+        if child is None:
+            child = self.children[value_of_label] = Histogram(self.name, self.help_text,
+                                                               self._buckets)
+        child.observe(value)
+
+    def render(self) -> Iterable[str]:
+        yield f"# HELP {self.name} {self.help_text}"
+        yield f"# TYPE {self.name} histogram"
+        for label_value, child in sorted(self.children.items()):
+            label = f'{self.label}="{_escape(label_value)}"'
+            cumulative = 0
+            for bound, count in zip(child.bounds, child.counts, strict=True):
+                cumulative += count
+                yield f'{self.name}_bucket{{{label},le="{_format_value(bound)}"}} {cumulative}'
+            yield f'{self.name}_bucket{{{label},le="+Inf"}} {child.count}'
+            yield f"{self.name}_sum{{{label}}} {_format_value(child.total)}"
+            yield f"{self.name}_count{{{label}}} {child.count}"
+
+
 class Registry:
     """Families in registration order; ``render()`` is the /metrics page."""
 
     def __init__(self) -> None:
-        self._families: list[Family | Histogram] = []
+        self._families: list[Family | Histogram | LabeledHistogram] = []
 
     def counter(self, name: str, help_text: str, labels: Sequence[str] = ()) -> Family:
         return self._add(Family(name, "counter", help_text, labels))
@@ -148,6 +179,12 @@ class Registry:
 
     def histogram(self, name: str, help_text: str, buckets: Sequence[float]) -> Histogram:
         family = Histogram(name, help_text, buckets)
+        self._families.append(family)
+        return family
+
+    def labeled_histogram(self, name: str, help_text: str, label: str,
+                          buckets: Sequence[float]) -> LabeledHistogram:
+        family = LabeledHistogram(name, help_text, label, buckets)
         self._families.append(family)
         return family
 

@@ -10,9 +10,13 @@ in-flight and external load per backend, pool membership -- are *read from the
 from the state the core computed. The scraped vLLM gauges (running, waiting, KV-cache
 usage) are stored per backend by the monitor and reported as they were last read.
 
-Metric names (all prefixed ``affinity_router_``):
+Metric names: one prefix, ``affinity_router_``, then what is measured, without repeating
+the project's name (``sticky_kept_total``, not ``affinity_kept_total``); counters end in
+``_total``, durations in ``_seconds``, fractions in 0-1 in ``_ratio``:
 
-* ``affinity_kept_total``, ``affinity_broken_total`` -- the core's counters;
+* ``build_info{version}`` -- 1, with the installed package's version;
+* ``sticky_kept_total``, ``sticky_broken_total`` -- the core's counters
+  (``affinity_kept`` / ``affinity_broken`` in /status);
 * ``decisions_total{outcome}`` -- acquires by path (new, kept, broken, reselected,
   unkeyed) and rejections;
 * ``inflight{backend}``, ``external_load{backend}``, ``backend_up{backend}``;
@@ -38,12 +42,18 @@ Metric names (all prefixed ``affinity_router_``):
 * ``routing_overhead_seconds`` -- histogram, per proxied request, of the time from the
   request's first byte to the first byte written to the backend: HTTP parsing, body
   check, session key, the core step and the connection borrow;
-* ``backend_num_requests_running``/``_waiting``/``_kv_cache_usage_perc{backend}`` --
-  the last scrape of each backend's vLLM gauges.
+* ``request_duration_seconds{backend}`` -- histogram of proxied requests from their first
+  byte to the end of the response, by the backend that answered;
+  ``time_to_first_byte_seconds{backend}`` -- from the request's first byte to the
+  backend's response head (the first token, for a stream);
+* ``backend_num_requests_running``/``_waiting``/``_kv_cache_usage_ratio{backend}`` --
+  the last scrape of each backend's vLLM gauges (vLLM's ``kv_cache_usage_perc`` is a 0-1
+  fraction; the name here says so).
 """
 
 from __future__ import annotations
 
+from importlib import metadata
 from typing import TYPE_CHECKING, Any
 
 import attrs
@@ -58,11 +68,21 @@ if TYPE_CHECKING:
     from .health import BackendHealth
     from .usage import ReuseFeed
 
-__all__ = ["BackendReport", "RouterMetrics"]
+__all__ = ["DURATION_BUCKETS", "BackendReport", "RouterMetrics"]
+
+
+def _version() -> str:
+    try:
+        return metadata.version("affinity-routing")
+    except metadata.PackageNotFoundError:  # run from a source tree without installing
+        return "unknown"
 
 OVERHEAD_BUCKETS = (
     0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1,
 )
+# Generation takes milliseconds to minutes: 5 ms .. 10 min.
+DURATION_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
+                    60.0, 120.0, 300.0, 600.0)
 _DECISION_OUTCOMES = ("new", "kept", "broken", "reselected", "unkeyed", "rejected")
 
 
@@ -84,9 +104,12 @@ class RouterMetrics:
         self.reports: dict[str, BackendReport] = {s: BackendReport() for s in table.servers}
         r = self.registry = Registry()
         p = "affinity_router_"
-        self._kept = r.counter(p + "affinity_kept_total",
+        self._build = r.gauge(p + "build_info", "1, labelled with the version of "
+                              "affinity-routing that is running", ["version"])
+        self._build.set(_version(), value=1)
+        self._kept = r.counter(p + "sticky_kept_total",
                                "sticky hits that kept their pin (core counter)")
-        self._broken = r.counter(p + "affinity_broken_total",
+        self._broken = r.counter(p + "sticky_broken_total",
                                  "sticky hits re-pinned by the margin rule (core counter)")
         self._decisions = r.counter(p + "decisions_total",
                                     "routing decisions by outcome", ["outcome"])
@@ -113,12 +136,19 @@ class RouterMetrics:
                                     "time the router adds per proxied request (parse, key, "
                                     "core step, release), excluding the backend",
                                     OVERHEAD_BUCKETS)
+        self.duration = r.labeled_histogram(
+            p + "request_duration_seconds", "proxied requests from their first byte to the "
+            "end of the response, by backend", "backend", DURATION_BUCKETS)
+        self.first_byte = r.labeled_histogram(
+            p + "time_to_first_byte_seconds", "proxied requests from their first byte to "
+            "the backend's response head, by backend", "backend", DURATION_BUCKETS)
         self._running = r.gauge(p + "backend_num_requests_running",
                                 "vllm:num_requests_running at the last scrape", ["backend"])
         self._waiting = r.gauge(p + "backend_num_requests_waiting",
                                 "vllm:num_requests_waiting at the last scrape", ["backend"])
-        self._kv = r.gauge(p + "backend_kv_cache_usage_perc",
-                           "vllm:kv_cache_usage_perc at the last scrape", ["backend"])
+        self._kv = r.gauge(p + "backend_kv_cache_usage_ratio",
+                           "vllm:kv_cache_usage_perc (a 0-1 fraction) at the last scrape",
+                           ["backend"])
         self._health = r.gauge(p + "backend_health", "1 for the backend's health state "
                                "(up, ejected, down)", ["backend", "state"])
         self._open = r.gauge(p + "open_requests", "requests holding a lease on the backend, "
@@ -139,6 +169,10 @@ class RouterMetrics:
         self.connections = 0
         self.retries.samples[()] = 0.0
         self.client_disconnects.samples[()] = 0.0
+
+    def register(self, server_id: str) -> None:
+        """A backend added at run time (admin API) gets its report slot."""
+        self.reports.setdefault(server_id, BackendReport())
 
     def backend_error(self, backend: str, kind: str) -> None:
         self.backend_errors.inc(backend, kind)

@@ -15,6 +15,7 @@ key in /status.
 
 from __future__ import annotations
 
+import ipaddress
 import math
 from typing import Any
 from urllib.parse import urlsplit
@@ -149,6 +150,29 @@ def _optional_path(_inst: Any, _attr: Any, value: Any) -> None:
         raise OptionsError(f"decision_log must be a file path (or omitted), got {value!r}")
 
 
+def _optional_access_log(_inst: Any, _attr: Any, value: Any) -> None:
+    if value is not None and (not isinstance(value, str) or not value.strip()):
+        raise OptionsError(f"access_log must be a file path or '-' (or omitted), got {value!r}")
+
+
+def _optional_token(_inst: Any, _attr: Any, value: Any) -> None:
+    if value is None:
+        return
+    if not isinstance(value, str) or len(value) < 16 or any(
+            c.isspace() or not c.isprintable() for c in value) or not value.isascii():
+        raise OptionsError("admin_token must be at least 16 printable ASCII characters "
+                           "without spaces (--admin-token-file holds it on one line)")
+
+
+def _loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
 @attrs.frozen(kw_only=True)
 class RouterOptions:
     """Validated options of ``affinity serve`` (see ``affinity serve --help``)."""
@@ -208,6 +232,25 @@ class RouterOptions:
     decision_log_max_bytes: int = attrs.field(
         default=64 << 20, validator=_in_range("decision_log_max_bytes", 4096, 1 << 40, True))
     require_decision_log: bool = False
+    # Warm restart and retention of the decision log (R-LOG-3): a restart continues the
+    # old log's state; rotation keeps this many old files and/or bytes, plus the newest
+    # crash and every run a restart could not replay.
+    warm_start: bool = attrs.field(default=True, validator=_flag("warm_start"))
+    decision_log_keep: int = attrs.field(
+        default=10, validator=_in_range("decision_log_keep", 0, 10**6, True))
+    decision_log_keep_bytes: int | None = attrs.field(
+        default=None, validator=attrs.validators.optional(
+            _in_range("decision_log_keep_bytes", 0, 1 << 50, True)))
+    # The run-time pool API (admin.py): its own port, off by default; beyond loopback
+    # only with a bearer token.
+    admin_host: str = "127.0.0.1"
+    admin_port: int | None = attrs.field(default=None, validator=attrs.validators.optional(
+        _in_range("admin_port", 0, 65535, True)))
+    admin_token: str | None = attrs.field(default=None, repr=False,
+                                          validator=_optional_token)
+    # One JSON line per request (access_log.py); "-" is stdout.
+    access_log: str | None = attrs.field(default=None, validator=_optional_access_log)
+
     health_failure_threshold: int = attrs.field(
         default=3, validator=_in_range("health_failure_threshold", 1, 10**6, True))
     health_success_threshold: int = attrs.field(
@@ -216,6 +259,12 @@ class RouterOptions:
         default=256 << 20, validator=_in_range("body_memory_budget", 1024, 1 << 40, True))
 
     def __attrs_post_init__(self) -> None:
+        if self.admin_port is not None and self.admin_token is None and not _loopback(
+                self.admin_host):
+            raise OptionsError(f"admin API on {self.admin_host!r} is reachable beyond this "
+                               "machine: it needs a bearer token (--admin-token-file), or "
+                               "bind it to a loopback address such as 127.0.0.1 "
+                               "(--admin-host)")
         if self.body_memory_budget < self.max_body_bytes:
             raise OptionsError(f"body_memory_budget must be >= max_body_bytes "
                                f"({self.max_body_bytes}), or no request of the largest "

@@ -233,6 +233,7 @@ class Proxy:
                        tries: int, measured: bool) -> tuple[int, int, bool]:
         sid = lease.server_id
         client = request.connection
+        request.backend, request.decision = sid, lease.path  # access log, histograms
         # --context-reuse: the backend's stay in the pool this attempt belongs to, noted
         # before the first await (a report from an earlier stay is dropped).
         membership = 0 if self.reuse is None else self.reuse.membership(sid)
@@ -283,6 +284,7 @@ class Proxy:
                 return self._fail(client, 502, f"backend {sid} failed before responding: {exc}",
                                   "upstream_error", tags), 502, measured
             status = upstream.status
+            request.first_byte_at = time.perf_counter()  # time-to-first-byte histogram
             # Report first: a 5xx that ejects the backend changes where a retry would go.
             self._report(sid, "5xx" if status >= 500 else "ok", status)
             if status >= 500 and self._may_retry(sid, retried):

@@ -49,6 +49,8 @@ import aiohttp
 
 from affinity_runtime.decision_log import DecisionLogWriter
 
+from .access_log import AccessLog
+from .admin import AdminApi
 from .context import ContextCounter
 from .health import BackendHealth, Health, HealthPolicy, PoolChange
 from .http1 import IncomingRequest, ServerLimits, error_body
@@ -97,7 +99,14 @@ class Router:
                               ejection_max=options.ejection_max,
                               failure_threshold=options.health_failure_threshold,
                               success_threshold=options.health_success_threshold)
+        self._policy = policy
         self.health = {sid: BackendHealth(policy) for sid in options.backends}
+        # Backends the admin API took out ("remove" or "drain"): health never re-adds them.
+        self.admin_out: dict[str, str] = {}
+        self.admin: AdminApi | None = None
+        self.access_log: AccessLog | None = None
+        if options.access_log is not None:
+            self.access_log = AccessLog(options.access_log)
         self.metrics.health = self.health
         self.router_errors = RouterErrors(self.metrics.registry)
         # Every client connection may hold an upstream one: fit both in the fd limit.
@@ -162,14 +171,40 @@ class Router:
         # /health says "starting", never ok.
         await self.monitor.check_health()
         self.monitor.start()
+        if self.options.admin_port is not None:
+            self.admin = AdminApi(self, self.options.admin_token)
+            try:
+                port = await self.admin.start(self.options.admin_host, self.options.admin_port)
+            except OSError:
+                await self.stop()
+                raise
+            log.info("admin API on %s:%d (%s)", self.options.admin_host, port,
+                     "bearer token required" if self.options.admin_token else "no token: "
+                     "loopback only")
         return self.port
+
+    def register_backend(self, url: str) -> None:
+        """A backend the admin API adds at run time: known from now on, not yet active."""
+        self.table.register(url)
+        self.health[url] = BackendHealth(self._policy)
+        self.metrics.register(url)
+
+    def left_pool(self, sid: str) -> None:
+        """``sid`` left the pool: drop its idle connections and its reuse evidence."""
+        self.pool.drop(sid)
+        self.proxy.left_pool(sid)
 
     def _open_decision_log(self) -> None:
         """The one place that opens the decision log (after the port is bound)."""
-        if self.options.decision_log:
-            self.table.attach_log(DecisionLogWriter(
-                self.options.decision_log, max_bytes=self.options.decision_log_max_bytes),
-                required=self.options.require_decision_log)
+        options = self.options
+        if options.decision_log:
+            started = self.table.attach_log(DecisionLogWriter(
+                options.decision_log, max_bytes=options.decision_log_max_bytes,
+                backups=options.decision_log_keep,
+                keep_bytes=options.decision_log_keep_bytes),
+                required=options.require_decision_log, warm=options.warm_start)
+            if started:
+                log.info("%s", started)
             log.info("decision log %s (locked by this router; write failures %s)",
                      self.options.decision_log, "refuse routing"
                      if self.options.require_decision_log else "are reported, routing goes on")
@@ -181,6 +216,8 @@ class Router:
         A keep-alive client is told to go before its connection closes, so none of
         them sends a request into a reset."""
         self.server.drain()
+        if self.admin is not None:
+            self.admin.stop()
         deadline = time.monotonic() + grace
         next_note = time.monotonic()
         while (self.active_requests or self.server.connections) and (
@@ -206,6 +243,8 @@ class Router:
             await self._session.close()
             self._session = None
         self.table.close()
+        if self.access_log is not None:
+            self.access_log.close()
         log.info("shutdown: done; %d requests open", self.active_requests)
 
     # ----------------------------------------------------------------- health
@@ -237,13 +276,14 @@ class Router:
                           "health check")
 
     def _pool_change(self, sid: str, change: PoolChange, why: str) -> None:
-        if change is PoolChange.REMOVE and self.table.remove(sid):
-            self.pool.drop(sid)
-            self.proxy.left_pool(sid)
+        if change is PoolChange.ADD and sid in self.admin_out:
+            return  # taken out by the admin API: only an admin add brings it back
+        if change is PoolChange.REMOVE and self.table.remove(sid, f"health: {why}"):
+            self.left_pool(sid)
             state = self.health[sid]
             log.warning("backend %s out of the pool (%s; %s, back-off %.1f s)", sid, why,
                         state.state.value, state.backoff())
-        elif change is PoolChange.ADD and self.table.add(sid):
+        elif change is PoolChange.ADD and self.table.add(sid, "health: check passed"):
             log.info("backend %s back in the pool (health check passed)", sid)
 
     def _refused(self, status: int) -> None:
@@ -283,6 +323,19 @@ class Router:
         if request.abandoned:
             status = 499  # the client left, whatever the relay managed to finish
         self.metrics.requests.inc(label, str(status))
+        self._observe(request, status)
+
+    def _observe(self, request: IncomingRequest, status: int) -> None:
+        """Per-backend histograms and the access log line of a finished request."""
+        ended = time.perf_counter()
+        backend = request.backend
+        if backend is not None:
+            self.metrics.duration.observe(backend, ended - request.received_at)
+            if request.first_byte_at is not None:
+                self.metrics.first_byte.observe(backend,
+                                                request.first_byte_at - request.received_at)
+        if self.access_log is not None:
+            self.access_log.write(request, status, request.session, ended)
 
     def _no_route(self, request: IncomingRequest) -> int:
         allowed = self._paths.get(request.path)
@@ -372,6 +425,7 @@ class Router:
                              f"{self.options.max_concurrency} requests (--max-concurrency)",
                              "overloaded")
         self.active_requests += 1
+        request.session = key
         try:
             return await self.proxy.forward(request, key, context_tokens)
         finally:

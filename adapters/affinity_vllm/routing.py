@@ -58,6 +58,7 @@ from affinity_engine import (
     step,
 )
 from affinity_runtime.decision_log import DecisionLogWriter
+from affinity_runtime.warm_start import ABANDONED, start_log
 
 __all__ = ["DRAW_RANGE", "Lease", "LogUnavailable", "RoutingTable"]
 
@@ -112,22 +113,43 @@ class RoutingTable:
         self.release_results: dict[str, int] = {}
         self.pool_changes: dict[str, int] = {"added": 0, "removed": 0}
 
-    def attach_log(self, decision_log: DecisionLogWriter, *, required: bool = False) -> None:
-        """Start writing the decision log from the current state (the router calls this
-        only after its port is bound, so a failed start never touches a log). Raises
-        ``DecisionLogLocked`` when another writer holds the path. ``required``: refuse
-        acquires (:class:`LogUnavailable`) while the log cannot be written."""
-        decision_log.start(self.config, self.state)
+    def attach_log(self, decision_log: DecisionLogWriter, *, required: bool = False,
+                   warm: bool = True) -> str:
+        """Start writing the decision log (the router calls this only after its port is
+        bound, so a failed start never touches a log). Raises ``DecisionLogLocked`` when
+        another writer holds the path. ``required``: refuse acquires
+        (:class:`LogUnavailable`) while the log cannot be written.
+
+        ``warm``: a log already at the path is replayed and the table continues from its
+        state (R-LOG-3, :mod:`affinity_runtime.warm_start`): the sticky map and counters
+        come back, the dead run's requests in flight are released as abandoned, and the
+        pool is brought to the configured backends -- each a logged event with its
+        reason. Returns what the start did, for the router's log."""
+        resumed = start_log(decision_log, self.config, self.state, warm=warm)
+        self.state = resumed.state
         self._log = decision_log
         self.require_log = required
+        for release in resumed.abandoned:
+            self.apply(release, reason=ABANDONED)
+        if resumed.warm:
+            gone = [s for s in self.state.pool.servers if s not in self.servers]
+            if gone:
+                self.apply(RemoveServers(server_ids=gone),
+                           reason="restart: no longer configured")
+            back = [s for s in self.servers if s not in self.state.pool]
+            if back:
+                self.apply(AddServers(server_ids=back), reason="restart: configured")
+        return resumed.message
 
     # ------------------------------------------------------------------ events
-    def apply(self, event: Event) -> Outcome:
+    def apply(self, event: Event, reason: str | None = None) -> Outcome:
+        """Step the core; log the event (with ``reason``, for the adapter's own)."""
         pre = self.state
         transition = step(self.config, pre, event)
         self.state = transition.state
         if self._log is not None and not self._log.record(
-                self.config, pre, event, transition.outcome, transition.state) and (
+                self.config, pre, event, transition.outcome, transition.state,
+                reason=reason) and (
                 self.require_log and isinstance(event, Acquire)):
             # --require-decision-log: an acquire the log did not take never happened.
             self.state = pre
@@ -170,21 +192,27 @@ class RoutingTable:
         self._count(self.release_results, outcome.result.value)
         return outcome
 
-    def remove(self, server_id: str) -> bool:
+    def remove(self, server_id: str, reason: str | None = None) -> bool:
         """Take an active server out of the pool; False if it was not active."""
         if server_id not in self.state.pool:
             return False
-        self.apply(RemoveServers(server_ids=[server_id]))
+        self.apply(RemoveServers(server_ids=[server_id]), reason)
         self.pool_changes["removed"] += 1
         return True
 
-    def add(self, server_id: str) -> bool:
+    def add(self, server_id: str, reason: str | None = None) -> bool:
         """Put an inactive configured server back; False if it was already active."""
         if server_id in self.state.pool:
             return False
-        self.apply(AddServers(server_ids=[server_id]))
+        self.apply(AddServers(server_ids=[server_id]), reason)
         self.pool_changes["added"] += 1
         return True
+
+    def register(self, server_id: str) -> None:
+        """Know a new backend (the admin API's add); :meth:`add` puts it in the pool."""
+        if server_id not in self.servers:
+            self.servers = (*self.servers, server_id)
+            self.open_requests[server_id] = 0
 
     def observe(self, observed: Iterable[tuple[str, int]]) -> LoadsObserved:
         outcome = self.apply(ObserveLoads(observed=tuple(observed)))

@@ -334,6 +334,9 @@ def render(report: RouterReport) -> str:
                      f"{b.get('kept_by_band', 0)} kept only because of c (load above min + "
                      f"margin), {b.get('broken_by_cap', 0)} broken only because of the cap, "
                      f"{b.get('broken_by_rounding_down', 0)} only because c // T rounds down")
+    if report.pool_changes:
+        lines.append("  pool changes driven through its API: " + ", ".join(
+            f"{n} {action}" for action, n in report.pool_changes.items()))
     if report.retries:
         lines.append(f"  the router retried completed requests {report.retries} time(s) "
                      "(extra arrivals of the same request)")

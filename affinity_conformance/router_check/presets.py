@@ -11,7 +11,8 @@ the harness may use to observe it:
   ``--backend={backend}``), ``{python}`` (this interpreter), ``{routers}`` (the venv with
   the Rust routers), ``{margin}`` (the claimed margin, or ``none``), ``{cache_size}``
   (the claimed sticky-map capacity), ``{band_tokens}`` and ``{band_cap}`` (the claimed
-  context band's ``T`` and cap, or ``none``);
+  context band's ``T`` and cap, or ``none``), ``{admin_port}`` (a free port for a
+  pool API on its own port);
 * ``session_header``: where the router reads the session key;
 * ``settle``: how the harness knows the router has seen a completion before the next
   acquire -- ``status`` polls ``affinity serve``'s ``/status`` until ``total_inflight``
@@ -19,7 +20,9 @@ the harness may use to observe it:
   gauge ``smg_worker_requests_active`` the same way; ``delay`` has nothing to poll and
   relies on the calibrated settle delay alone (which is always applied as well);
 * ``pool``: ``vllm-admin`` if the router has an API to remove and re-add workers
-  (vllm-router's ``/remove_worker`` and ``/add_worker``), else None (no pool changes).
+  (vllm-router's ``/remove_worker`` and ``/add_worker``), ``affinity-admin`` for
+  ``affinity serve``'s pool API on ``{admin_port}`` (``/backends/add``, ``/remove``,
+  ``/drain``: removals alternate between remove and drain), else None (no pool changes).
 
 :class:`RouterProcess` starts a command in its own process group, waits until a request
 without a session key is answered (sglang-router registers workers asynchronously after
@@ -86,7 +89,7 @@ class Preset:
     session_header: str
     claim: str          # the policy the router's documentation implies
     settle: str         # status | smg | delay
-    pool: str | None    # vllm-admin | None
+    pool: str | None    # vllm-admin | affinity-admin | None
     needs_routers_venv: bool
     about: str
     cache_flag: str | None = None  # passes a non-default claimed cache size, e.g. --cache-size
@@ -103,8 +106,8 @@ def _vllm(policy: str) -> tuple[str, ...]:
 PRESETS: dict[str, Preset] = {p.name: p for p in (
     Preset("affinity", ("{python}", "-m", "affinity_cli.main", "serve", "--host", "127.0.0.1",
                         "--port", "{port}", "--backend={backend}", "--margin", "{margin}",
-                        "--log-level", "WARNING"),
-           "x-session-id", "margin=2", "status", None, False,
+                        "--admin-port", "{admin_port}", "--log-level", "WARNING"),
+           "x-session-id", "margin=2", "status", "affinity-admin", False,
            "affinity serve with the claimed margin and context band (override with "
            "--router-extra)",
            cache_flag="--cache-size",
@@ -132,14 +135,15 @@ def free_port() -> int:
 
 def expand(template: Sequence[str], *, port: int, metrics_port: int, backends: Sequence[str],
            routers: Path, margin: int | None, cache_size: int = 10000,
-           band: tuple[int, int] | None = None) -> list[str]:
+           band: tuple[int, int] | None = None, admin_port: int = 0) -> list[str]:
     """The command line for ``template`` (see the module docstring for placeholders)."""
     values = {"port": str(port), "metrics_port": str(metrics_port), "python": sys.executable,
               "routers": str(Path(routers).absolute()),
               "margin": "none" if margin is None else str(margin),
               "cache_size": str(cache_size),
               "band_tokens": "none" if band is None else str(band[0]),
-              "band_cap": "none" if band is None else str(band[1])}
+              "band_cap": "none" if band is None else str(band[1]),
+              "admin_port": str(admin_port)}
     out: list[str] = []
     for token in template:
         if token == "{backends}":
@@ -154,7 +158,7 @@ def expand(template: Sequence[str], *, port: int, metrics_port: int, backends: S
             raise PresetError(f"router command token {token!r}: unknown or malformed "
                               f"placeholder ({exc}); known: {{port}}, {{metrics_port}}, "
                               "{backends}, {backend}, {python}, {routers}, {margin}, "
-                              "{cache_size}, {band_tokens}, {band_cap}") from None
+                              "{cache_size}, {band_tokens}, {band_cap}, {admin_port}") from None
     return out
 
 

@@ -94,6 +94,7 @@ class RouterReport:
     ties_first: int = 0  # ... where the router took the first in pool order
     band: dict[str, int] = attrs.field(factory=dict)  # band decisions met (main traces)
     router_runs: int = 0
+    pool_changes: dict[str, int] = attrs.field(factory=dict)  # add/remove/drain driven
     probes: dict[str, int] = attrs.field(factory=dict)
     notes: list[str] = attrs.field(factory=list)
     out_dir: str = ""
@@ -112,7 +113,8 @@ class RouterReport:
                 "traces": self.traces, "passed": self.passed, "retries_seen": self.retries,
                 "ties": self.ties, "ties_to_first_in_pool_order": self.ties_first,
                 "band_decisions": self.band,
-                "router_starts": self.router_runs, "backend_probes": self.probes,
+                "router_starts": self.router_runs, "pool_changes": self.pool_changes,
+                "backend_probes": self.probes,
                 "notes": self.notes, "out_dir": self.out_dir,
                 "seconds": round(self.seconds, 1),
                 "failures": [f.to_json() for f in self.failures]}
@@ -170,6 +172,7 @@ async def check_router(options: CheckOptions) -> RouterReport:
             finally:
                 target.stop()
                 report.router_runs = target.runs
+                report.pool_changes = dict(sorted(target.pool_changes.items()))
     finally:
         report.probes = dict(sorted(fleet.probes.items()))
         await fleet.stop()

@@ -74,6 +74,9 @@ class Target:
         self.round_trip = 0.0
         self.command: list[str] = []
         self.fleet: RecordingFleet | None = None  # set by the runner (attach mode needs it)
+        self.admin_url = ""  # the pool API's address (pool "affinity-admin")
+        self.removals = 0  # affinity-admin: even removals drain, odd ones remove
+        self.pool_changes: dict[str, int] = {}  # pool changes made, by action, all runs
 
     async def fresh(self, http: aiohttp.ClientSession) -> None:
         """A router with no state from earlier runs (see the module docstring)."""
@@ -85,12 +88,15 @@ class Target:
                 self.round_trip = await _round_trip(http, self.url)
             return
         self.stop()
-        port, metrics_port = free_port(), free_port()
+        port, metrics_port, admin_port = free_port(), free_port(), free_port()
         self.url = f"http://127.0.0.1:{port}"
         self.metrics_url = f"http://127.0.0.1:{metrics_port}"
+        self.admin_url = f"http://127.0.0.1:{admin_port}"
+        self.removals = 0
         self.command = expand(self.preset.template, port=port, metrics_port=metrics_port,
                               backends=self.backends, routers=self.routers,
-                              margin=self.margin, cache_size=self.cache_size, band=self.band)
+                              margin=self.margin, cache_size=self.cache_size, band=self.band,
+                              admin_port=admin_port)
         if self.preset.cache_flag and self.cache_size != DEFAULT_MAX_CACHE_SIZE:
             self.command += [self.preset.cache_flag, str(self.cache_size)]
         if self.preset.band_flags and self.band is not None:
@@ -163,7 +169,10 @@ class Target:
 
     async def change_pool(self, http: aiohttp.ClientSession, backend: str, add: bool) -> str:
         """Remove or re-add ``backend`` through the admin API; '' or an error in words."""
+        if self.preset.pool == "affinity-admin":
+            return await self._change_affinity_pool(http, backend, add)
         path = "/add_worker" if add else "/remove_worker"
+        self._count("add" if add else "remove")
         try:
             async with http.post(self.url + path, params={"url": backend}) as resp:
                 body = await resp.text()
@@ -179,6 +188,33 @@ class Target:
         except (aiohttp.ClientError, ValueError, asyncio.TimeoutError) as exc:
             return f"{path}: {type(exc).__name__}: {exc}"
         return f"{path}: /list_workers did not reflect the change within {POLL_TIMEOUT:g} s"
+
+
+    def _count(self, action: str) -> None:
+        self.pool_changes[action] = self.pool_changes.get(action, 0) + 1
+
+    async def _change_affinity_pool(self, http: aiohttp.ClientSession, backend: str,
+                                    add: bool) -> str:
+        """``affinity serve``'s pool API: add, or remove and drain in turn (both are
+        ``RemoveServers`` to the spec; a drain lets running requests finish, and so
+        does a remove). The answer is synchronous: the listing must agree at once."""
+        action = "add" if add else ("drain" if self.removals % 2 == 0 else "remove")
+        self.removals += not add
+        self._count(action)
+        path = f"/backends/{action}"
+        try:
+            async with http.post(self.admin_url + path, json={
+                    "url": backend, "reason": "check-router trace"}) as resp:
+                body = await resp.text()
+                if resp.status != 200:
+                    return f"POST {path} answered {resp.status}: {body[:200]}"
+            async with http.get(self.admin_url + "/backends") as resp:
+                urls = (await resp.json()).get("urls", [])
+        except (aiohttp.ClientError, ValueError, asyncio.TimeoutError) as exc:
+            return f"{path}: {type(exc).__name__}: {exc}"
+        if (backend in urls) != add:
+            return f"{path}: GET /backends does not show the change: {urls}"
+        return ""
 
 
 async def _answers(http: aiohttp.ClientSession, url: str) -> bool:

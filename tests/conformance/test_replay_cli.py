@@ -334,8 +334,9 @@ def test_config_change_between_files_is_a_divergence(tmp_path: Path) -> None:
     assert replay(str(first), str(first)).returncode == 0  # empty files join at their seq
 
 
-def test_restarted_writer_keeps_the_old_log_and_replay_flags_the_restart(
-        tmp_path: Path) -> None:
+def test_a_restart_is_a_new_run_and_the_set_replays_clean(tmp_path: Path) -> None:
+    """R-LOG-3: a writer restarted on the same path marks its header as a restart; replay
+    counts it as a new run and exits 0 (it used to call it a DIVERGENCE and exit 1)."""
     path = tmp_path / "restart.ndjson"
     write_log(path, EVENTS[:4], CONFIG)
     first_run = path.read_text(encoding="utf-8")
@@ -343,11 +344,68 @@ def test_restarted_writer_keeps_the_old_log_and_replay_flags_the_restart(
     old, new = writer.files()
     assert old.name == "restart.ndjson.1" and old.read_text(encoding="utf-8") == first_run
     joined = replay(str(old), str(new))
-    assert joined.returncode == 1, joined.stdout
-    assert "a new run starts here" in joined.stderr and "--separate" in joined.stderr
+    assert joined.returncode == 0, joined.stderr
+    assert f"ok: {len(EVENTS)} records in 2 file(s)" in joined.stdout
+    assert "2 run(s)" in joined.stdout and "a new run starts here (cold restart)" in joined.stdout
+    as_json = json.loads(replay("--json", str(old), str(new)).stdout)
+    assert as_json["runs"] == 2 and as_json["exit"] == 0
+    # A header without the restart mark (an older writer's) is still a broken join.
+    lines = _lines(new)
+    header = json.loads(lines[0])
+    del header["restart"]
+    lines[0] = json.dumps(header) + "\n"
+    unmarked = replay(str(old), str(_write(new, lines)))
+    assert unmarked.returncode == 1, unmarked.stdout
+    assert "a new run starts here" in unmarked.stderr and "--separate" in unmarked.stderr
     separate = replay("--separate", str(old), str(new))
     assert separate.returncode == 0, separate.stderr
-    assert f"ok: {len(EVENTS)} records in 2 file(s)" in separate.stdout
+
+
+def _warm_restart_set(tmp_path: Path) -> list[Path]:
+    """A run that crashed with a request in flight and a cut last line, then a warm
+    restart on the same path (affinity_runtime.warm_start)."""
+    from affinity_runtime.warm_start import ABANDONED, start_log
+
+    path = tmp_path / "warm.ndjson"
+    write_log(path, EVENTS[:6], CONFIG)
+    with path.open("a", encoding="utf-8") as handle:
+        handle.write('{"seq": 6, "event": {"op": "acq')  # killed mid-record
+    writer = DecisionLogWriter(path, backups=5)
+    resumed = start_log(writer, CONFIG, initial_state(CONFIG, ["s0", "s1", "s2"]))
+    assert resumed.warm and resumed.abandoned
+    state = resumed.state
+    for event in [*resumed.abandoned, *EVENTS[6:]]:
+        t = step(CONFIG, state, event)
+        writer.record(CONFIG, state, event, t.outcome, t.state,
+                      reason=ABANDONED if event in resumed.abandoned else None)
+        state = t.state
+    writer.close()
+    return writer.files()
+
+
+def test_a_warm_restart_after_a_crash_joins_and_exits_0(tmp_path: Path) -> None:
+    old, new = _warm_restart_set(tmp_path)
+    done = replay(str(old), str(new))
+    assert done.returncode == 0, done.stderr
+    assert "2 run(s)" in done.stdout and "(warm restart, continuing" in done.stdout
+    assert "its last line is cut (a crash)" in done.stdout
+    records = [json.loads(line) for line in _lines(new)[1:]]
+    assert all(isinstance(r["ts"], int) for r in records)  # wall clock, ignored by replay
+    assert records[0]["reason"].startswith("abandoned")
+    assert replay(str(old)).returncode == 2  # alone, the cut line is still reported
+
+
+def test_a_warm_restart_that_does_not_continue_its_run_is_a_divergence(
+        tmp_path: Path) -> None:
+    old, new = _warm_restart_set(tmp_path)
+    lines = _lines(new)
+    header = json.loads(lines[0])
+    header["state"]["affinity_kept"] += 1  # restarted from another state than replayed
+    lines[0] = json.dumps(header) + "\n"
+    done = replay(str(old), str(_write(new, lines)))
+    assert done.returncode == 1
+    assert "a warm restart does not continue the run before it" in done.stderr
+    assert "R-LOG-3" in done.stderr
 
 
 def test_bad_header_is_malformed_input(good_log: Path, tmp_path: Path) -> None:

@@ -86,3 +86,16 @@ def test_attach_to_a_running_router_with_url(tmp_path: Path,
         proc.wait(timeout=10)
     assert code == 0 and report["verdict"] == "pass", report
     assert any("attached with --url" in n for n in report["notes"])
+
+
+def test_pool_changes_are_driven_through_the_admin_api(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The affinity preset starts ``affinity serve --admin-port`` and drives add, remove
+    and drain through it; the traces still conform, and the report counts each kind."""
+    code, report = _check(tmp_path, "pool", capsys, "--budget", "4", "--length", "24",
+                          "--pool-percent", "30")
+    assert code == 0 and report["verdict"] == "pass", report
+    changes = report["pool_changes"]
+    assert isinstance(changes, dict) and "--admin-port" in report["command"]  # type: ignore[operator]
+    assert changes.get("add", 0) > 0 and changes.get("remove", 0) > 0, changes
+    assert changes.get("drain", 0) > 0, changes

@@ -73,12 +73,41 @@ def test_negative_control_without_the_lock_a_second_writer_rotates_the_live_log_
         return path_lock.PathLock(Path(path), os.open(os.devnull, os.O_RDONLY))
 
     monkeypatch.setattr(decision_log_module, "acquire", no_lock)
+    monkeypatch.setattr(decision_log_module, "_lock_live_file", lambda path: None)
     path = tmp_path / "lb.ndjson"
     first, state = _started(path)
     _drive(first, state, 5)
     live = path.read_bytes()
     DecisionLogWriter(path).start(CONFIG, initial_state(CONFIG, ["s0", "s1"]))
     assert path.read_bytes() != live  # the running writer's file was moved away
+
+
+def test_deleting_the_lock_file_does_not_let_a_second_writer_in(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The log file itself is locked too, and its path always names a locked file --
+    across size rotations as well -- so a deleted ``.lock`` lets nobody rotate it."""
+    path = tmp_path / "lb.ndjson"
+    first, state = _started(path, max_bytes=4096)
+    state = _drive(first, state, 40)  # several size rotations: the live lock moves along
+    assert len(first.files()) >= 3
+    first.lock_path.unlink()
+    before = _files(tmp_path)
+    with pytest.raises(DecisionLogLocked, match="the log file itself is locked"):
+        DecisionLogWriter(path).start(CONFIG, initial_state(CONFIG, ["s0", "s1"]))
+    after = _files(tmp_path)
+    after.pop("lb.ndjson.lock", None)  # the loser's sidecar, released and removed again
+    assert after == before  # nothing rotated, truncated or written
+    state = _drive(first, state, 3)
+    first.close()
+    assert replay_files(first.files())[-1].divergence is None
+    # Negative control: without the live-file lock the second writer gets in.
+    monkeypatch.setattr(decision_log_module, "_lock_live_file", lambda path: None)
+    again, _ = _started(path)
+    again.lock_path.unlink()
+    intruder = DecisionLogWriter(path)
+    intruder.start(CONFIG, initial_state(CONFIG, ["s0", "s1"]))
+    intruder.close()
+    again.close()
 
 
 def test_after_close_or_a_killed_holder_the_path_is_free(tmp_path: Path) -> None:

@@ -21,7 +21,8 @@ from affinity_cli.main import build_parser, main
 
 # RouterOptions field -> the flag that sets it
 _FLAG_OF = {"backends": "--backend", "lease_accounting": "--no-lease-accounting",
-            "retry": "--no-retry"}
+            "retry": "--no-retry", "warm_start": "--cold-start",
+            "admin_token": "--admin-token-file"}
 
 
 def _help() -> str:

@@ -95,7 +95,7 @@ def test_scraped_kv_usage_and_queue_gauges_are_reported() -> None:
             text = await f.metrics_text()
             assert f'affinity_router_backend_num_requests_running{{backend="{backend}"}} 1' in text
             assert f'affinity_router_backend_num_requests_waiting{{backend="{backend}"}} 2' in text
-            assert f'affinity_router_backend_kv_cache_usage_perc{{backend="{backend}"}}' in text
+            assert f'affinity_router_backend_kv_cache_usage_ratio{{backend="{backend}"}}' in text
             assert f.router.table.external(backend) == 0  # 1 + 2 == the router's 3
             await asyncio.gather(*tasks)
             f.assert_idle()

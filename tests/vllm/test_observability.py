@@ -38,8 +38,8 @@ def test_metrics_report_kept_broken_decisions_inflight_errors_and_overhead() -> 
             retried = await f.complete(None)  # tie -> a (first), refused, retried on b
             assert (retried.status, retried.backend) == (200, b)
             text = await f.metrics_text()
-            assert _value(text, "affinity_router_affinity_kept_total") == 1
-            assert _value(text, "affinity_router_affinity_broken_total") == 1
+            assert _value(text, "affinity_router_sticky_kept_total") == 1
+            assert _value(text, "affinity_router_sticky_broken_total") == 1
             decisions = {o: _value(text, "affinity_router_decisions_total", outcome=o)
                          for o in ("new", "kept", "broken", "reselected", "unkeyed", "rejected")}
             assert decisions == {"new": 2, "kept": 1, "broken": 1, "reselected": 0,
