@@ -4,7 +4,7 @@
 # scripts/test.sh and CI. VENV defaults to the checkout's .venv (scripts/test.sh makes it).
 VENV ?= .venv
 PY ?= $(VENV)/bin/python
-MYPY_DIRS = affinity_core affinity_runtime affinity_cli affinity_conformance adapters proofs sim tests benchmarks
+MYPY_DIRS = affinity_core affinity_engine affinity_runtime affinity_cli affinity_conformance adapters proofs sim tests benchmarks
 FAST_MARKERS = not slow and not ray and not vllm and not peers and not compiled
 PYTEST = $(PY) -m pytest -q -p no:cacheprovider
 

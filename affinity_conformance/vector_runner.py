@@ -27,6 +27,7 @@ from typing import Any
 
 import attrs
 
+from affinity_core.events import Acquire
 from affinity_engine import (
     CodecError,
     Config,
@@ -40,7 +41,6 @@ from affinity_engine import (
     status,
     step,
 )
-from affinity_core.events import Acquire
 from affinity_engine.invariants import rejection_preserves_state
 
 from .vector_format import Case, CheckStep, EventStep

@@ -176,7 +176,7 @@ _EVENT_FIELDS: Mapping[str, tuple[type[Any], frozenset[str], frozenset[str]]] = 
 def event_from_json(data: object) -> Event:
     obj = _object(data, "event")
     op = obj.get("op")
-    if op not in _EVENT_FIELDS:
+    if not isinstance(op, str) or op not in _EVENT_FIELDS:
         raise CodecError(f"event.op must be one of {sorted(_EVENT_FIELDS)}, got {op!r}")
     cls, required, optional = _EVENT_FIELDS[op]
     fields = {k: v for k, v in obj.items() if k != "op"}

@@ -44,7 +44,7 @@ from typing import Any
 
 import attrs
 
-from affinity_core import (
+from affinity_engine import (
     CodecError,
     Config,
     ConfigError,

@@ -72,7 +72,7 @@ step "ruff check ."
 "$VENV/bin/ruff" check .
 
 MYPY_TARGETS=()
-for dir in affinity_engine affinity_runtime affinity_cli affinity_conformance adapters proofs sim tests benchmarks; do
+for dir in affinity_core affinity_engine affinity_runtime affinity_cli affinity_conformance adapters proofs sim tests benchmarks; do
     if [[ -d "$dir" ]] && [[ -n "$(find "$dir" -name '*.py' -print -quit)" ]]; then
         MYPY_TARGETS+=("$dir")
     fi

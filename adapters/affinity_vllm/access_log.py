@@ -26,7 +26,7 @@ import sys
 import time
 from typing import IO
 
-from affinity_core import stable_hash
+from affinity_engine import stable_hash
 
 from .http_messages import IncomingRequest
 

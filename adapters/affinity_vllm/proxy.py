@@ -58,7 +58,7 @@ import json
 import time
 from collections.abc import Callable
 
-from affinity_core import Rejected
+from affinity_engine import Rejected
 
 from .http1 import ClientConnection, IncomingRequest, error_body
 from .observability import RouterMetrics

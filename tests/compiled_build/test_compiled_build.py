@@ -127,7 +127,8 @@ def test_without_a_compiler_auto_installs_the_source(tmp_path: Path) -> None:
 def test_version_names_the_build(compiled_dir: Path) -> None:
     code = "from affinity_cli.main import version_text; print(version_text())"
     assert "affinity_engine: compiled (mypyc" in _run(code, compiled_dir).stdout
-    assert "affinity_engine: pure (compiled build present" in _run(code, compiled_dir, "pure").stdout
+    pure = _run(code, compiled_dir, "pure").stdout
+    assert "affinity_engine: pure (compiled build present" in pure
 
 
 def test_verify_runs_the_proofs_on_the_source(compiled_dir: Path) -> None:

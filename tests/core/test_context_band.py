@@ -108,7 +108,7 @@ def test_integral_floats_are_accepted_and_encoding_is_unchanged_without_the_band
 
 
 @pytest.mark.parametrize("bad", [-1, True, 1.5, "10"])
-def test_context_tokens_field_is_validated(bad: object) -> None:
+def test_context_tokens_field_is_validated(bad: Any) -> None:
     """R-EV-2: context_tokens is null or an integer >= 0; the message names the value."""
     with pytest.raises(EventError, match="context_tokens must be null or an integer >= 0"):
         Acquire(request_id="r", context_tokens=bad)

@@ -13,10 +13,10 @@ from affinity_proofs.mutants import by_name
 
 import affinity_engine.codec as codec
 import affinity_engine.invariants as inv
+from affinity_core.outcomes import Acquired, Path
 from affinity_engine import Config, DualThreshold, initial_state
 from affinity_engine.codec import CodecError
 from affinity_engine.machine import Transition
-from affinity_core.outcomes import Acquired, Path
 from affinity_engine.values import evolve
 
 

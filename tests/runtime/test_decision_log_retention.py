@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from affinity_conformance.log_replay import count_runs, replay_files
-from affinity_core import Acquire, Config, Release, State, initial_state, step
+from affinity_engine import Acquire, Config, Release, State, initial_state, step
 from affinity_runtime.decision_log import DecisionLogWriter, read_restart
 from affinity_runtime.warm_start import ABANDONED, start_log
 

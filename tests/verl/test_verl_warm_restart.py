@@ -15,13 +15,14 @@ import subprocess
 import sys
 import textwrap
 from pathlib import Path
+from typing import Any
 
 from affinity_verl import AffinityLoadBalancer
 
 from affinity_conformance.decision_log import read_log
 from affinity_runtime.warm_start import ABANDONED
 
-OPTIONS = {"affinity_break_margin": 2, "lease_accounting": True, "seed": 3}
+OPTIONS: dict[str, Any] = {"affinity_break_margin": 2, "lease_accounting": True, "seed": 3}
 SESSIONS = [f"conv-{i}" for i in range(60)]
 
 FIRST_RUN = textwrap.dedent("""

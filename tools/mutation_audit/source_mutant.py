@@ -23,5 +23,5 @@ class SourceMutant:
 
 def mutant(id: str, path: str, old: str, new: str, description: str,
            equivalent: str | None = None) -> SourceMutant:
-    """A mutant of ``affinity_engine/<path>``: ``old`` (which must occur exactly once) -> ``new``."""
+    """A mutant of ``affinity_engine/<path>``: ``old`` (occurring exactly once) -> ``new``."""
     return SourceMutant(id, f"affinity_engine/{path}", old, new, description, equivalent)
