@@ -129,6 +129,7 @@ METHOD_MODULES: dict[str, str] = {
     "BFS lease ground truth": "bfs_envs",
     "CrossHair contracts": "contracts",
     "CrossHair diffbehavior": "crosshair_run",
+    "engine vs reference (wide traces, vectors, old states)": "refinement",
     "LoadTable vs plain definition": "structures",
     "StickyLru vs plain definition": "structures",
     "subprocesses x PYTHONHASHSEED": "det_trace",
@@ -349,7 +350,18 @@ def _band(table: str, name: str, policy: str = "band-m1-T8192-cap4") -> Callable
     return render
 
 
+def package_lines() -> str:
+    """The sizes of the reference and the engine, counted from the source tree."""
+    def lines(package: str) -> int:
+        return sum(len(path.read_text(encoding="utf-8").splitlines())
+                   for path in sorted((ROOT / package).glob("*.py")))
+
+    return (f"`affinity_core` {lines('affinity_core'):,} lines, "
+            f"`affinity_engine` {lines('affinity_engine'):,} lines")
+
+
 RENDERERS: dict[str, Callable[[], str]] = {
+    "packages.lines": package_lines,
     "verify.obligations": verify_obligation_count,
     "verify.summary": verify_summary,
     "verify.config-cases": verify_config_cases,

@@ -91,7 +91,8 @@ def _versions() -> dict[str, str]:
 def _table(rows: list[Row], scope: str, seconds: float) -> Table:
     table = Table(title=f"affinity verify --scope {scope}  ({seconds:.1f} s)",
                   show_lines=False, expand=False)
-    for column, width in (("obligation", 26), ("requirement ids", 20), ("method", 24),
+    for column, width in (("obligation", 24), ("requirement ids", 18), ("method", 22),
+                          ("package", 16),
                           ("scope", 26), ("result", 9), ("time", 6), ("mutants refuted", 8)):
         table.add_column(column, overflow="fold", max_width=width)
     titles = {o.number: o.title for o in OBLIGATIONS}
@@ -101,7 +102,7 @@ def _table(rows: list[Row], scope: str, seconds: float) -> Table:
         previous = r.obligation
         style = "" if r.passed else "bold red"
         cells = (f"{r.obligation}. {titles[r.obligation]}" if first else "",
-                 " ".join(r.requirement_ids), r.method, r.scope_text, r.result,
+                 " ".join(r.requirement_ids), r.method, r.package, r.scope_text, r.result,
                  f"{r.seconds:.1f}s", r.mutant_score)
         table.add_row(*(escape(c) for c in cells), style=style)
     return table

@@ -71,6 +71,10 @@ OBLIGATIONS: tuple[Obligation, ...] = (
     Obligation(21, "The engine refines the reference", ("R-REF-1",)),
 )
 _BY_NUMBER = {o.number: o for o in OBLIGATIONS}
+# Rows whose subject is the reference's own values: validation and the encoding.
+_REFERENCE_VALUE_METHODS = frozenset({
+    "exhaustive edge-value table", "event edge-value table", "encoding round trip",
+    "derived configuration flags", "configuration defaults"})
 
 
 @attrs.frozen
@@ -98,6 +102,19 @@ class Row:
     # True only for a Z3 proof over a symbolic pool size (proved for every N >= 1); every
     # other row checks the sizes its scope names and is reported as "bounded".
     all_n: bool = False
+
+    @property
+    def package(self) -> str:
+        """What the row checked: the engine, the reference values (configuration, events
+        and the codec live in affinity_core), the two against each other, or a Z3
+        encoding (itself checked against the engine by obligation 0)."""
+        if self.obligation == 21:
+            return "affinity_engine vs affinity_core"
+        if self.method.startswith("Z3") and "real core" not in self.method:
+            return "Z3 encoding"
+        if self.method in _REFERENCE_VALUE_METHODS:
+            return "affinity_core"
+        return "affinity_engine"
 
     @property
     def scope_kind(self) -> str:
@@ -147,6 +164,7 @@ def _row_json(r: Row) -> dict[str, Any]:
     return {
         "obligation": r.obligation, "title": _BY_NUMBER[r.obligation].title,
         "requirements": list(r.requirement_ids), "method": r.method, "scope": r.scope_text,
+        "package": r.package,
         "scope_kind": r.scope_kind,
         "result": r.result, "holds": r.holds, "passed": r.passed,
         "seconds": round(r.seconds, 3), "detail": r.detail,

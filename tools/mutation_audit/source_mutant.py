@@ -1,4 +1,10 @@
-"""The record of one audit mutant: an exact source edit of one file of ``affinity_engine``.
+"""The record of one audit mutant: an exact source edit of one file of the core.
+
+A mutant names a file by its name alone. The values every package shares (``config``,
+``events``, ``outcomes``, ``hashing``) live in the reference, ``affinity_core``; everything
+else is the engine's, ``affinity_engine``, whose codec re-exports the reference's for all but
+states. :func:`mutant` resolves the name to the file whose text holds ``old`` exactly once,
+the engine's first.
 
 Kept apart from the catalogues so that each catalogue module (``catalogue.py``, the
 third set's ``catalogue_operators.py``) can import it without importing the other.
@@ -6,7 +12,12 @@ third set's ``catalogue_operators.py``) can import it without importing the othe
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import attrs
+
+ROOT = Path(__file__).resolve().parents[2]
+PACKAGES = ("affinity_engine", "affinity_core")
 
 __all__ = ["SourceMutant", "mutant"]
 
@@ -23,5 +34,9 @@ class SourceMutant:
 
 def mutant(id: str, path: str, old: str, new: str, description: str,
            equivalent: str | None = None) -> SourceMutant:
-    """A mutant of ``affinity_engine/<path>``: ``old`` (occurring exactly once) -> ``new``."""
-    return SourceMutant(id, f"affinity_engine/{path}", old, new, description, equivalent)
+    """A mutant of ``<package>/<path>``: ``old`` (occurring exactly once) -> ``new``."""
+    for package in PACKAGES:
+        source = ROOT / package / path
+        if source.is_file() and source.read_text(encoding="utf-8").count(old) == 1:
+            return SourceMutant(id, f"{package}/{path}", old, new, description, equivalent)
+    return SourceMutant(id, f"{PACKAGES[0]}/{path}", old, new, description, equivalent)
