@@ -31,8 +31,6 @@ from affinity_core.events import (
     ObserveLoads,
     Release,
     RemoveServers,
-    acquire_event,
-    release_event,
 )
 from affinity_core.hashing import stable_hash
 from affinity_core.outcomes import (
@@ -51,6 +49,7 @@ from affinity_core.outcomes import (
 
 from ._build import BUILD
 from .allowed import allowed, draw_for
+from .builders import acquire_event, release_event
 from .codec import (
     CodecError,
     canonical_dumps,

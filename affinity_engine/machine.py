@@ -54,6 +54,7 @@ from affinity_core.outcomes import (
     StickyCacheCleared,
 )
 
+from .builders import acquired
 from .leases import LeaseBook
 from .loads import LoadTable
 from .lru import StickyLru
@@ -225,7 +226,7 @@ def _acquire(config: Config, state: State, event: Acquire) -> Transition:
     if evicted is None and (lookup is _HIT_KEEP or lookup is _MISS):
         return Transition(new_state, _plain_acquired(chosen, rule.path))
     previous = pinned if lookup is _HIT_BREAK or lookup is _HIT_REMOVED else None
-    return Transition(new_state, Acquired(chosen, rule.path, previous, evicted))
+    return Transition(new_state, acquired(chosen, rule.path, previous, evicted))
 
 
 # Outcomes are values, so the two commonest -- a kept pin and a first placement without
@@ -242,7 +243,7 @@ _SHARED_RELEASED: Final[dict[str, Released]] = {}
 def _plain_acquired(server: str, path: Path) -> Acquired:
     table = _SHARED_KEPT if path is _KEPT else _SHARED_NEW if path is _NEW else None
     if table is None:
-        return Acquired(server, path)
+        return acquired(server, path)
     outcome = table.get(server)
     if outcome is None:
         if len(table) >= _SHARED_LIMIT:

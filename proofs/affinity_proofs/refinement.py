@@ -21,6 +21,9 @@ every state pair related by the abstraction and every event, the two ``step`` re
 * old states branched from: the trace keeps earlier engine states and steps them again,
   which is the persistence contract of the engine's shared-log sticky map;
 * every shipped conformance vector (:func:`vector_traces`);
+* the engine's fast event builders (:mod:`affinity_engine.builders`), on a grid of good
+  and bad fields: each builds an equal event of the same class, or raises the
+  reference's own error (:func:`builders_agree`);
 * and, in ``affinity verify``'s model checker, every edge of the small scopes (the
   ``engine refines reference`` check of :mod:`.bfs_checks`).
 
@@ -54,8 +57,8 @@ from affinity_core import (
 )
 from affinity_engine.abstraction import to_reference
 
-__all__ = ["ENGINE_MUTANTS", "EngineMutant", "compare", "refinement_run", "vector_traces",
-           "wide_traces"]
+__all__ = ["ENGINE_MUTANTS", "EngineMutant", "builders_agree", "compare", "refinement_run",
+           "vector_traces", "wide_traces"]
 
 loads_mod = importlib.import_module("affinity_engine.loads")
 lru_mod = importlib.import_module("affinity_engine.lru")
@@ -197,6 +200,48 @@ def run_trace(config: Config, start: affinity_engine.State, events: tuple[Event,
     return None
 
 
+class _Text(str):
+    """A str subclass: the reference accepts it as an id, the fast path must not."""
+
+
+_IDS: tuple[object, ...] = (None, "r", "r-\u00e9", "", "\ud800", 3, b"r", True, _Text("r"))
+_COUNTS: tuple[object, ...] = (None, 0, 7, 2**70, -1, True, 1.0, "1")
+
+
+def _built(build: Callable[..., Any], *args: object) -> tuple[str, Any]:
+    try:
+        event = build(*args)
+    except affinity_core.EventError as error:
+        return "error", str(error)
+    return "event", (event, type(event), tuple(type(v) for v in attrs.astuple(event)))
+
+
+def builders_agree() -> tuple[int, str | None]:
+    """The engine's ``acquire_event``/``release_event`` against the reference constructors
+    on every combination of the grid's fields: the same error message, or an equal event
+    of the same class whose fields have the same types. Returns (cases, first failure)."""
+    builders = importlib.import_module("affinity_engine.builders")
+    cases = 0
+    for request_id in _IDS:
+        for tie_draw in _COUNTS:
+            for request_hash in _COUNTS:
+                for context in _COUNTS:
+                    args = (request_id, tie_draw, request_hash, context)
+                    cases += 1
+                    want = _built(affinity_core.acquire_event, *args)
+                    got = _built(builders.acquire_event, *args)
+                    if got != want:
+                        return cases, f"acquire_event{args!r}: engine {got!r}, reference {want!r}"
+        for server_id in _IDS:
+            cases += 1
+            want = _built(affinity_core.release_event, server_id, request_id)
+            got = _built(builders.release_event, server_id, request_id)
+            if got != want:
+                return cases, (f"release_event({server_id!r}, {request_id!r}): engine {got!r}, "
+                               f"reference {want!r}")
+    return cases, None
+
+
 @attrs.frozen
 class RefinementResult:
     traces: int
@@ -206,6 +251,9 @@ class RefinementResult:
 
 def refinement_run(seed: int, steps: int, with_vectors: bool = True,
                    stop_first: bool = False) -> RefinementResult:
+    cases, failure = builders_agree()
+    if failure is not None:
+        return RefinementResult(0, cases, f"event builders: {failure}")
     traces = 0
     total = 0
     runs: list[tuple[Config, affinity_engine.State, tuple[Event, ...]]] = [
@@ -294,6 +342,21 @@ def _max_of_first_child() -> AbstractContextManager[None]:
     return _patched(loads_mod, "_summarise", summarise)
 
 
+def _builder_accepts_empty_id() -> AbstractContextManager[None]:
+    builders = importlib.import_module("affinity_engine.builders")
+    original = builders.acquire_event
+
+    def acquire_event(request_id: object, tie_draw: object = 0, request_hash: object = None,
+                      context_tokens: object = None) -> Any:
+        if request_id != "":
+            return original(request_id, tie_draw, request_hash, context_tokens)
+        event = original("r", tie_draw, request_hash, context_tokens)
+        object.__setattr__(event, "request_id", "")  # the fast path's id check forgotten
+        return event
+
+    return _patched(builders, "acquire_event", acquire_event)
+
+
 ENGINE_MUTANTS = (
     EngineMutant("engine_tie_count_first_child",
                  "load table: an internal node counts only its first child's ties",
@@ -307,4 +370,7 @@ ENGINE_MUTANTS = (
     EngineMutant("engine_max_of_first_child",
                  "load table: an internal node's maximum is its first child's",
                  _max_of_first_child),
+    EngineMutant("engine_builder_accepts_empty_id",
+                 "event builders: the fast path builds an Acquire with an empty request id",
+                 _builder_accepts_empty_id),
 )

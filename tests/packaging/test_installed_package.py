@@ -216,7 +216,7 @@ def test_installed_package_works_from_an_empty_folder(
     broken = ok(python, "-m", "pytest", "-q", "-p", "no:cacheprovider",
                 "--affinity-impl", "my_balancers:StrictMarginBalancer",
                 "--affinity-tie-break", "first", "--affinity-traces", "0", expect=1)
-    assert "FAILED margin/boundary_is_inclusive" in broken
+    assert "FAILED affinity::margin::boundary_is_inclusive" in broken
     # Nothing of Affinity's is written into the cwd (tools' caches such as pytest's
     # .hypothesis folder from the hypothesis plugin are theirs).
     assert sorted(p.name for p in work.iterdir() if p.name != "__pycache__"

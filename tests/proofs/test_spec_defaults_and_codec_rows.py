@@ -11,6 +11,7 @@ import pytest
 from affinity_proofs import input_table, predicate_table
 from affinity_proofs.mutants import by_name
 
+import affinity_core.codec as reference_codec
 import affinity_engine.codec as codec
 import affinity_engine.invariants as inv
 from affinity_core.outcomes import Acquired, Path
@@ -34,7 +35,7 @@ def test_integral_rel_is_written_p(monkeypatch: pytest.MonkeyPatch) -> None:
     data = codec.config_to_json(Config(dual_threshold=DualThreshold(1, 3)))
     assert data["dual_threshold"]["balance_rel_threshold"] == "3"
     assert input_table.check_codec()[1] == []
-    monkeypatch.setattr(codec, "_rel_text",
+    monkeypatch.setattr(reference_codec, "_rel_text",
                         lambda rel: f"{rel.numerator}/{rel.denominator}")
     _, found = input_table.check_codec()
     assert any("encodes as '1/1'; SPEC: '1'" in p for p in found)
