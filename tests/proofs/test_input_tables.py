@@ -76,7 +76,7 @@ def test_every_predicate_has_a_violation_exhibit() -> None:
     leases_match_loads (the audit's survivor) is seen."""
     from affinity_proofs import predicate_table
 
-    import affinity_engine.invariants as inv
+    import affinity_conformance.invariants as inv
 
     assert predicate_table.check_exhibits()[1] == []
     judged = {name for name, _, expected, _ in predicate_table.EXHIBITS if expected is False}
