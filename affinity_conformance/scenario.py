@@ -13,7 +13,7 @@ worked out on paper, and building fails (:class:`ScenarioError`) when the core
 disagrees. That keeps the generator from being circular: a core bug shows up as a
 scenario that no longer builds, not as a silently regenerated vector.
 
-Every step also asserts all of :func:`affinity_engine.invariants.step_invariants`.
+Every step also asserts all of :func:`affinity_conformance.invariants.step_invariants`.
 
 Loads are reached through events only (:meth:`Scenario.fill`): fresh keyed "filler"
 requests (``f1``, ``f2``, ...) fill the pool evenly, then releases lower each server to
@@ -50,8 +50,8 @@ from affinity_engine import (
     state_to_json,
     step,
 )
-from affinity_engine.invariants import step_invariants
 
+from .invariants import step_invariants
 from .vector_format import VECTOR_FORMAT
 from .vector_runner import observed_fields
 

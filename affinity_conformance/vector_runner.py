@@ -41,8 +41,8 @@ from affinity_engine import (
     status,
     step,
 )
-from affinity_engine.invariants import rejection_preserves_state
 
+from .invariants import rejection_preserves_state
 from .vector_format import Case, CheckStep, EventStep
 
 __all__ = ["Mismatch", "check_fields", "run_case"]

@@ -74,9 +74,9 @@ SCALES = (
 )
 
 TARGETS = {  # replicas -> (core ratio, adapter ratio) upper bounds against pr7435
-    16: (2.0, 2.5),
-    256: (1.0, 1.0),
-    4096: (0.1, 0.1),
+    16: (1.5, 1.5),  # the engine may cost at most half again the small class it replaces
+    256: (0.6, 0.6),
+    4096: (0.05, 0.05),  # at least 20x faster where a linear minimum scan dominates
 }
 
 

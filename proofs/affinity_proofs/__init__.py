@@ -7,7 +7,7 @@ core (:mod:`affinity_engine`) or on a Z3 encoding that is cross-checked against 
   induction and bounded model checking; :mod:`.conformance` keeps the encoding honest;
 * :mod:`.bfs` / :mod:`.bfs_checks`: explicit-state breadth-first model checking over all
   interleavings at small scopes, calling ``affinity_engine.step`` and the named predicates
-  of ``affinity_engine.invariants`` on every edge;
+  of ``affinity_conformance.invariants`` on every edge;
 * :mod:`.contracts` / :mod:`.crosshair_run`: CrossHair contracts and ``diffbehavior``;
 * :mod:`.det_trace`: cross-process determinism under different ``PYTHONHASHSEED``;
 * :mod:`.mutants`: the negative controls, applied to the real core by monkeypatching.

@@ -5,7 +5,7 @@ Theory of operation
 The checker enumerates every interleaving of events from a small universe (servers,
 request ids, tie draws, pool changes, clears, releases) and calls the *real*
 :func:`affinity_engine.step` on each edge. On every edge it evaluates a list of
-:class:`Check` objects (which call the named predicates of ``affinity_engine.invariants``);
+:class:`Check` objects (which call the named predicates of ``affinity_conformance.invariants``);
 a failing check yields a :class:`Violation` with the shortest trace from the initial
 state, rebuilt from parent pointers.
 

@@ -3,7 +3,7 @@
 Theory of operation
 -------------------
 Each :class:`~affinity_proofs.bfs.Check` names its obligation (proofs/README.md) and the
-configurations it applies to. Wherever ``affinity_engine.invariants`` has a named predicate
+configurations it applies to. Wherever ``affinity_conformance.invariants`` has a named predicate
 the check calls it; this module adds only properties that are not single-step
 predicates of one state:
 
@@ -30,6 +30,8 @@ from typing import Any, cast
 
 import attrs
 
+from affinity_conformance import invariants as inv
+from affinity_conformance.legacy import LegacyModel, legacy_step
 from affinity_core.machine import step as reference_step
 from affinity_engine import (
     VERL_STATUS_KEYS,
@@ -49,9 +51,7 @@ from affinity_engine import (
     status,
     step,
 )
-from affinity_engine import invariants as inv
 from affinity_engine.abstraction import to_reference
-from affinity_engine.legacy import LegacyModel, legacy_step
 from affinity_engine.machine import Lookup
 from affinity_engine.values import evolve
 

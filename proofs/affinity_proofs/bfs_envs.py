@@ -6,7 +6,7 @@ Theory of operation
 :class:`FreeEnv` is the adversary: any acquire (every request id, every tie draw, unkeyed
 requests), any release (known, unknown or idle servers; in lease mode with every request
 id), any add/remove of a server of the universe, and clears. It carries no state. Every
-named predicate of ``affinity_engine.invariants`` must hold under it.
+named predicate of ``affinity_conformance.invariants`` must hold under it.
 
 :class:`InFlightEnv` (obligation 9) tracks, per server, the requests the callers really
 have in flight: ``current`` (started in the server's current stay in the pool) and

@@ -16,7 +16,7 @@ sticky situation, policy, determinism, tie draw) it
    whose fresh minimum/maximum/pinned-load/placement variables are set from the core's
    state and choice: the domain constraints must accept them and the choice must match;
 4. for the legacy policy, checks the relational legacy encoding against
-   ``affinity_engine.legacy.legacy_acquire``: it must accept the legacy model's server and
+   ``affinity_conformance.legacy.legacy_acquire``: it must accept the legacy model's server and
    reject every other one.
 
 The points are every case for one and two servers with loads up to 2, then a seeded
@@ -37,6 +37,7 @@ from typing import Any
 import attrs
 import z3
 
+from affinity_conformance.legacy import LegacyModel, legacy_acquire
 from affinity_engine import (
     Acquire,
     Acquired,
@@ -48,7 +49,6 @@ from affinity_engine import (
     StickyLru,
     step,
 )
-from affinity_engine.legacy import LegacyModel, legacy_acquire
 from affinity_engine.policy import least_loaded
 
 from .z3_model import AcquireVars, decide, legacy_decide

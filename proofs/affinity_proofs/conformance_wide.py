@@ -28,7 +28,7 @@ point:
 4. at a legacy point (margin and gate null, ``first`` or ``draw`` ties) the all-N legacy
    encoding, its tie rank replaced by the concrete running count of minima
    (``substitute_funs``), must accept the server of the independent legacy model
-   (``affinity_engine.legacy``) and reject every other tie and the pin.
+   (``affinity_conformance.legacy``) and reject every other tie and the pin.
 """
 
 from __future__ import annotations
@@ -40,6 +40,7 @@ from typing import Any
 import attrs
 import z3
 
+from affinity_conformance.legacy import LegacyModel, Ties, legacy_acquire
 from affinity_engine import (
     Acquire,
     Acquired,
@@ -50,7 +51,6 @@ from affinity_engine import (
     StickyLru,
     step,
 )
-from affinity_engine.legacy import LegacyModel, Ties, legacy_acquire
 
 from .conformance_wide_points import WidePoint, points
 from .z3_param import Pool, decide, det_index, legacy_decide

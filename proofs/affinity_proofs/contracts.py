@@ -30,8 +30,8 @@ the uncontracted helpers ``_decide`` / ``_keep`` / ``_deterministic`` instead.
 
 from __future__ import annotations
 
+from affinity_conformance.legacy import LegacyModel, legacy_acquire
 from affinity_engine import Acquire, Acquired, Config, LoadTable, State, StickyLru, step
-from affinity_engine.legacy import LegacyModel, legacy_acquire
 
 from . import mutants
 

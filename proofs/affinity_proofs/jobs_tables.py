@@ -58,7 +58,7 @@ def _predicate_row() -> Row:
     checked, problems = predicate_table.check_exhibits()
     with by_name("leases_match_loads_vacuous").applied():
         _, found = predicate_table.check_exhibits()
-    return Row(0, "predicate exhibits", "12 predicates of affinity_engine.invariants",
+    return Row(0, "predicate exhibits", "12 predicates of affinity_conformance.invariants",
                not problems, time.perf_counter() - start,
                (MutantVerdict("leases_match_loads_vacuous",
                               describe("leases_match_loads_vacuous"), bool(found),

@@ -66,7 +66,7 @@ def _invalid_acquire_drops_pin() -> Iterator[None]:
 
 
 def _leases_match_loads_vacuous() -> Iterator[None]:
-    import affinity_engine.invariants as inv
+    import affinity_conformance.invariants as inv
 
     def vacuous(config: Config, state: State) -> bool:
         return True

@@ -1,9 +1,9 @@
-"""Obligation 0: every named predicate of ``affinity_engine.invariants`` can say "false".
+"""Obligation 0: every named predicate of ``affinity_conformance.invariants`` can say "false".
 
 Theory of operation
 -------------------
 The explicit-state checker judges every edge with the predicates of
-:mod:`affinity_engine.invariants`; a predicate that has become vacuous (a deleted clause, a
+:mod:`affinity_conformance.invariants`; a predicate that has become vacuous (a deleted clause, a
 ``return True``) would let every core bug it exists for through, and a control of the core
 is usually refuted by some *other* check first, so nothing notices. The second mutant audit
 deleted ``leases_match_loads`` outright and ``affinity verify`` still passed.
@@ -20,7 +20,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-import affinity_engine.invariants as inv
+import affinity_conformance.invariants as inv
 from affinity_core.outcomes import Rejected, RejectReason
 from affinity_engine import (
     Acquire,

@@ -5,11 +5,11 @@ Theory of operation
 One :class:`RuleBasedStateMachine` drives three participants with the same events:
 
 * the core (:func:`affinity_engine.step`), always; after every step all of
-  :func:`affinity_engine.invariants.step_invariants` must hold, the history predicates
+  :func:`affinity_conformance.invariants.step_invariants` must hold, the history predicates
   (R-CNT-1 counters, R-CONS-2 conservation) must hold, the choice must lie in
   :func:`affinity_engine.allowed` (empty iff rejected, R-REL-1), and re-running the step on
   the same pre-state must give the same transition (R-PURE-1);
-* the independent legacy model (:mod:`affinity_engine.legacy`), whenever the configuration
+* the independent legacy model (:mod:`affinity_conformance.legacy`), whenever the configuration
   is one verl has (margin and gate null, no lease accounting, ``first`` or ``draw`` ties,
   ``caller`` hashing, keyed requests, no observations): decisions and the projected state
   (pool with counts, sticky map in recency order) must equal the core's (R-LEG-1);
@@ -36,6 +36,23 @@ import attrs
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
+from affinity_conformance.invariants import (
+    Ledger,
+    conserved,
+    counters_consistent,
+    legacy_projection,
+    project,
+    step_invariants,
+    well_formed,
+)
+from affinity_conformance.legacy import (
+    LegacyModel,
+    legacy_acquire,
+    legacy_add,
+    legacy_clear,
+    legacy_release,
+    legacy_remove,
+)
 from affinity_engine import (
     Acquire,
     Acquired,
@@ -56,23 +73,6 @@ from affinity_engine import (
     initial_state,
     status,
     step,
-)
-from affinity_engine.invariants import (
-    Ledger,
-    conserved,
-    counters_consistent,
-    legacy_projection,
-    project,
-    step_invariants,
-    well_formed,
-)
-from affinity_engine.legacy import (
-    LegacyModel,
-    legacy_acquire,
-    legacy_add,
-    legacy_clear,
-    legacy_release,
-    legacy_remove,
 )
 
 from .stateful_profiles import stateful_settings

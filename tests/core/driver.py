@@ -10,7 +10,7 @@ scenario reads as the event sequence it is::
 
 Every step also checks, silently, everything the core promises about *any* step:
 
-* all of :func:`affinity_engine.invariants.step_invariants` hold;
+* all of :func:`affinity_conformance.invariants.step_invariants` hold;
 * the history-level predicates hold: ``kept + broken`` equals the sticky hits on active
   servers (R-CNT-1) and the total load is conserved (R-CONS-2);
 * the outcome has the type that belongs to the event (R-OUT-1).
@@ -31,6 +31,7 @@ from __future__ import annotations
 from collections.abc import Collection, Sequence
 from typing import Any
 
+from affinity_conformance.invariants import Ledger, conserved, counters_consistent, step_invariants
 from affinity_engine import (
     Acquire,
     Acquired,
@@ -58,7 +59,6 @@ from affinity_engine import (
     status,
     step,
 )
-from affinity_engine.invariants import Ledger, conserved, counters_consistent, step_invariants
 
 __all__ = ["SERVERS", "Run", "outcome_fits_event"]
 

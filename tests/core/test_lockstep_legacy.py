@@ -3,7 +3,7 @@
 Theory of operation
 -------------------
 With ``affinity_break_margin=None`` and no gate, the core must *be* verl's balancer. The
-independent :mod:`affinity_engine.legacy` model (plain tuples, linear scans) is driven with
+independent :mod:`affinity_conformance.legacy` model (plain tuples, linear scans) is driven with
 the same random trace as the core, and after every step the test compares
 
 * the decision: the same server, or the same rejection message;
@@ -29,6 +29,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from affinity_conformance.invariants import legacy_projection, project
+from affinity_conformance.legacy import LegacyModel, legacy_step
 from affinity_engine import (
     VERL_STATUS_KEYS,
     Acquire,
@@ -45,8 +47,6 @@ from affinity_engine import (
     status,
     step,
 )
-from affinity_engine.invariants import legacy_projection, project
-from affinity_engine.legacy import LegacyModel, legacy_step
 
 IDS = ("s0", "s1", "s2", "s3")
 RIDS = ("a", "b", "c", "d")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from affinity_conformance.invariants import Ledger, conserved, step_invariants
 from affinity_engine import (
     Acquire,
     Acquired,
@@ -19,7 +20,6 @@ from affinity_engine import (
     status,
     step,
 )
-from affinity_engine.invariants import Ledger, conserved, step_invariants
 
 from .driver import Run
 

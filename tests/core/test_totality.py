@@ -34,6 +34,7 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from affinity_conformance.invariants import Ledger, conserved, counters_consistent, step_invariants
 from affinity_engine import (
     Acquire,
     Acquired,
@@ -55,7 +56,6 @@ from affinity_engine import (
     initial_state,
     step,
 )
-from affinity_engine.invariants import Ledger, conserved, counters_consistent, step_invariants
 from affinity_engine.values import evolve
 
 from .driver import outcome_fits_event

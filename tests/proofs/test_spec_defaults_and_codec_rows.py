@@ -11,9 +11,9 @@ import pytest
 from affinity_proofs import input_table, predicate_table
 from affinity_proofs.mutants import by_name
 
+import affinity_conformance.invariants as inv
 import affinity_core.codec as reference_codec
 import affinity_engine.codec as codec
-import affinity_engine.invariants as inv
 from affinity_core.outcomes import Acquired, Path
 from affinity_engine import Config, DualThreshold, initial_state
 from affinity_engine.codec import CodecError

@@ -4,7 +4,7 @@ Hypothesis draws concrete acquires -- loads, sticky situation (miss, hit, pin on
 server), margin or PR #6533 gate, full_determinism with a hash index, tie draw -- and
 :func:`affinity_proofs.conformance.check_point` evaluates the functional, relational and
 legacy Z3 terms on them (``substitute`` + ``simplify``) against ``affinity_engine.step`` and
-``affinity_engine.legacy.legacy_acquire``.
+``affinity_conformance.legacy.legacy_acquire``.
 """
 
 from __future__ import annotations

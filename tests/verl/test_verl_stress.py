@@ -18,7 +18,7 @@ At the end:
   per id in flight, releases carry the id): drift cannot happen (R-LEASE-3, R-LEASE-5);
 * legacy mode: the total is what the spec predicts for the logged event sequence,
   computed twice -- by the replayed core state, and by the independent naive model of
-  upstream verl (:mod:`affinity_engine.legacy`, R-LEG-1) -- which is where the count drift
+  upstream verl (:mod:`affinity_conformance.legacy`, R-LEG-1) -- which is where the count drift
   of hazard R-HAZ-1 (add-on-active reset, late releases after remove/re-add) shows.
 """
 
@@ -36,6 +36,7 @@ import ray
 from affinity_verl.testing.load import PoolChurn, SessionClient
 from affinity_verl.testing.replay import replay_decision_log
 
+from affinity_conformance.legacy import LegacyModel, legacy_step
 from affinity_engine import (
     Acquire,
     Acquired,
@@ -48,7 +49,6 @@ from affinity_engine import (
     RemoveServers,
     State,
 )
-from affinity_engine.legacy import LegacyModel, legacy_step
 
 CLIENTS = 8
 PAIRS_PER_CLIENT = 2000

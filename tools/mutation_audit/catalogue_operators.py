@@ -121,8 +121,8 @@ OPERATOR_SET: tuple[SourceMutant, ...] = (
     _m("operator_codec_neg_load", "codec.py", "if any(n < 0 for _, n in servers):",
        "if any(n < -1 for _, n in servers):", "initial load -1 accepted"),
     # events.py
-    _m("operator_event_ctx_le", "events.py", "or context_tokens < 0):", "or context_tokens <= 0):",
-       "context_tokens 0 rejected"),
+    _m("operator_event_ctx_le", "events.py", "(not _is_int(value) or value < 0):",
+       "(not _is_int(value) or value <= 0):", "context_tokens 0 rejected"),
     # leases.py
     _m("operator_lease_zero_count", "leases.py", "if count > 1 else ()", "if count > 0 else ()",
        "settled lease leaves a zero-count entry"),

@@ -22,11 +22,13 @@ Usage::
     python -m tools.mutation_audit.run --scope small --out audit.json
     python -m tools.mutation_audit.run --only keep_lt --only evicted_not_reported
     python -m tools.mutation_audit.run --list
+    python -m tools.mutation_audit.run --check [--only ID]  # apply only; no verify run
 """
 
 from __future__ import annotations
 
 import argparse
+import ast
 import json
 import os
 import subprocess
@@ -40,7 +42,7 @@ from typing import Any
 
 from .catalogue import CATALOGUE, SourceMutant, by_id
 
-__all__ = ["apply", "main", "run_verify"]
+__all__ = ["apply", "check", "main", "mutated", "run_verify"]
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -65,16 +67,48 @@ def _snapshot(dest: Path, worktree: bool, commit: str) -> None:
         tar.extractall(dest, filter="data")
 
 
-def apply(tree: Path, mutant: SourceMutant) -> str:
-    """Rewrite the mutant's file in ``tree``; returns the original text."""
-    path = tree / mutant.path
-    text = path.read_text(encoding="utf-8")
+def mutated(text: str, mutant: SourceMutant) -> str:
+    """``text`` with the mutant's edit; the snippet must occur exactly once."""
     found = text.count(mutant.old)
     if found != 1:
         raise ValueError(f"{mutant.id}: snippet occurs {found} times in {mutant.path}, "
                          "expected exactly once")
-    path.write_text(text.replace(mutant.old, mutant.new), encoding="utf-8")
+    return text.replace(mutant.old, mutant.new)
+
+
+def apply(tree: Path, mutant: SourceMutant) -> str:
+    """Rewrite the mutant's file in ``tree``; returns the original text."""
+    path = tree / mutant.path
+    text = path.read_text(encoding="utf-8")
+    path.write_text(mutated(text, mutant), encoding="utf-8")
     return text
+
+
+def check(tree: Path, mutants: list[SourceMutant]) -> list[str]:
+    """Why each mutant would not apply to ``tree`` (nothing is written): a missing file, a
+    snippet that does not occur exactly once, an edit that changes nothing, or a mutated
+    module that no longer parses (verify would fail on the import, not on the bug)."""
+    problems = []
+    for m in mutants:
+        path = tree / m.path
+        if not path.is_file():
+            problems.append(f"{m.id}: no file {m.path}")
+            continue
+        text = path.read_text(encoding="utf-8")
+        try:
+            new = mutated(text, m)
+        except ValueError as exc:
+            problems.append(str(exc))
+            continue
+        if new == text:
+            problems.append(f"{m.id}: the edit leaves {m.path} unchanged")
+            continue
+        try:
+            ast.parse(new, filename=m.path)
+        except SyntaxError as exc:
+            problems.append(f"{m.id}: {m.path} no longer parses: {exc.msg} "
+                            f"(line {exc.lineno})")
+    return problems
 
 
 def _failing(report_path: Path) -> list[str]:
@@ -144,6 +178,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="copy the tracked files of the work tree instead of HEAD")
     parser.add_argument("--out", type=Path, help="write the results as JSON")
     parser.add_argument("--list", action="store_true")
+    parser.add_argument("--check", action="store_true",
+                        help="check that each mutant applies to the work tree; run nothing")
     parser.add_argument("--skip-baseline", action="store_true",
                         help="assume the unmutated tree passes (resuming an audit)")
     args = parser.parse_args(argv)
@@ -153,6 +189,12 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{m.id:32} {m.path:28} {m.description}"
                   + (f"  [equivalent: {m.equivalent}]" if m.equivalent else ""))
         return 0
+    if args.check:
+        problems = check(ROOT, mutants)
+        for problem in problems:
+            print(problem, file=sys.stderr)
+        print(f"{len(mutants) - len(problems)}/{len(mutants)} mutants apply")
+        return 1 if problems else 0
     results: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory(prefix="mutation-audit-") as scratch:
         tree = Path(scratch)

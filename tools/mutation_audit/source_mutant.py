@@ -3,8 +3,11 @@
 A mutant names a file by its name alone. The values every package shares (``config``,
 ``events``, ``outcomes``, ``hashing``) live in the reference, ``affinity_core``; everything
 else is the engine's, ``affinity_engine``, whose codec re-exports the reference's for all but
-states. :func:`mutant` resolves the name to the file whose text holds ``old`` exactly once,
-the engine's first.
+states, except the checker artefacts the proofs judge with (``invariants``, the naive
+``legacy`` model), which live in ``affinity_conformance``. :func:`mutant` resolves the name to
+the file whose text holds ``old`` exactly once, in that order; a snippet found nowhere
+resolves to the engine's path, which ``python -m tools.mutation_audit.run --check`` and
+tests/proofs/test_audit_catalogue_applies.py report.
 
 Kept apart from the catalogues so that each catalogue module (``catalogue.py``, the
 third set's ``catalogue_operators.py``) can import it without importing the other.
@@ -17,9 +20,9 @@ from pathlib import Path
 import attrs
 
 ROOT = Path(__file__).resolve().parents[2]
-PACKAGES = ("affinity_engine", "affinity_core")
+PACKAGES = ("affinity_engine", "affinity_core", "affinity_conformance")
 
-__all__ = ["SourceMutant", "mutant"]
+__all__ = ["PACKAGES", "ROOT", "SourceMutant", "mutant"]
 
 
 @attrs.frozen

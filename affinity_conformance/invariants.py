@@ -1,19 +1,25 @@
-"""Named invariant predicates, shared by the tests, the proofs and the adapters.
+"""Named invariant predicates, shared by the tests, the proofs and the conformance runners.
 
 Theory of operation
 -------------------
-Each predicate states one requirement of spec/SPEC.md as a boolean function of plain
-values, so that Hypothesis (``@invariant``), the explicit-state checker, CrossHair
-(``post:`` lines) and the adapters' self-checks all test the *same* sentence. Z3 cannot
-call Python, so :mod:`affinity_proofs` encodes the same rules symbolically and a test
-cross-checks that encoding against these functions on concrete inputs.
+These are checker artefacts: they judge the engine from outside, so no runtime package
+imports them (tests/test_runtime_layering.py). Each predicate states one requirement of
+spec/SPEC.md as a boolean function of plain values, so that Hypothesis (``@invariant``),
+the explicit-state checker, CrossHair (``post:`` lines) and the vector and scenario
+runners all test the *same* sentence. Z3 cannot call Python, so :mod:`affinity_proofs`
+encodes the same rules symbolically and a test cross-checks that encoding against these
+functions on concrete inputs.
 
 State-level: :func:`well_formed`. Step-level, on ``(config, pre, event, transition)``:
 :func:`decision_in_pool`, :func:`within_band`, :func:`placement_is_argmin`,
 :func:`acquire_effect`, :func:`counters_monotonic`, :func:`rejection_preserves_state`,
 :func:`break_moves`, :func:`no_starvation`. History-level: :class:`Ledger` with
 :func:`counters_consistent` and :func:`conserved`. Projection: :func:`project`,
-comparing the core with :class:`~affinity_engine.legacy.LegacyModel`.
+comparing the core with :class:`~affinity_conformance.legacy.LegacyModel`.
+
+The keep band is restated here from SPEC §7.5 (:func:`spec_band`) rather than imported from
+the engine's policy: a checker that borrowed the rule it checks would agree with a wrong
+rule. A test holds :func:`spec_band` equal to :func:`affinity_core.policy.keep_band`.
 """
 
 from __future__ import annotations
@@ -23,12 +29,11 @@ import attrs
 from affinity_core.config import Config
 from affinity_core.events import Acquire, Event, Release
 from affinity_core.outcomes import Acquired, Path, Rejected, Released, ReleaseResult
+from affinity_engine.machine import Transition
+from affinity_engine.state import State
+from affinity_engine.values import evolve
 
 from .legacy import LegacyModel
-from .machine import Transition
-from .policy import keep_band
-from .state import State
-from .values import evolve
 
 __all__ = [
     "Ledger",
@@ -44,6 +49,7 @@ __all__ = [
     "placement_is_argmin",
     "project",
     "rejection_preserves_state",
+    "spec_band",
     "step_invariants",
     "well_formed",
     "within_band",
@@ -74,10 +80,30 @@ def decision_in_pool(pre: State, t: Transition) -> bool:
     return not isinstance(t.outcome, Acquired) or t.outcome.server_id in pre.pool
 
 
+def spec_band(config: Config, context_tokens: int | None) -> int | None:
+    """The skew a sticky hit on an active pin tolerates, or None when no band applies.
+
+    SPEC §7.5: margin ``m`` alone keeps iff ``L[p] <= min(L) + m`` (R-KEEP-1); with
+    ``affinity_break_tokens = T`` and ``affinity_break_band_cap = cap`` the band is
+    ``min(m + floor(c / T), cap)``, an absent ``c`` counting as 0 (R-BAND-1). Without a
+    margin (legacy or dual-threshold policy) there is no band; R-CFG-6 refuses T and cap
+    without a margin or without each other. ``full_determinism`` is the caller's case
+    (R-BAND-5).
+    """
+    m = config.affinity_break_margin
+    if m is None:
+        return None
+    tokens, cap = config.affinity_break_tokens, config.affinity_break_band_cap
+    if tokens is None or cap is None:  # R-BAND-3: without T the rule is R-KEEP-1 exactly
+        return m
+    c = 0 if context_tokens is None else context_tokens
+    return min(m + c // tokens, cap)
+
+
 def _band(config: Config, event: Event | None) -> int | None:
     """The acquire's keep band (R-KEEP-1, R-BAND-1); without the event, its bound (R-BAND-2)."""
     if config.affinity_break_tokens is None or isinstance(event, Acquire):
-        return keep_band(config, event.context_tokens if isinstance(event, Acquire) else None)
+        return spec_band(config, event.context_tokens if isinstance(event, Acquire) else None)
     return config.affinity_break_band_cap
 
 
