@@ -29,8 +29,9 @@ from .mutants_band import BAND_WIDE_MUTANTS
 from .mutants_beyond import beyond_by_name
 from .report import MutantVerdict, Row
 from .scopes import Scope
-from .z3_param_lemmas import ParamResult, param_lemma
-from .z3_param_lemmas import run as run_param
+from .z3_all_n import param_lemma
+from .z3_param_kit import ParamResult
+from .z3_param_kit import run as run_param
 from .z3_structures import MERGE_LEMMAS, run_merge
 
 __all__ = ["ALL_N_SCOPE", "BAND_SCOPE", "STRUCTURE_MUTANTS", "WIDE_MUTANTS", "conformance_wide_job",

@@ -31,8 +31,8 @@ from .bfs_tasks import run_spec
 from .scopes import scope_named
 from .z3_band_lemmas import BAND_LEMMAS
 from .z3_lemmas import LEMMAS, lemma_by_name, run_lemma
+from .z3_param_kit import run as run_param
 from .z3_param_lemmas import PARAM_LEMMAS
-from .z3_param_lemmas import run as run_param
 
 __all__ = ["all_n_times", "bfs_rates", "largest_n", "main"]
 

@@ -34,12 +34,12 @@ from typing import Any
 import z3
 
 from .z3_param import Pool, band_width, decide, det_index, in_pool, keep_rule
-from .z3_param_lemmas import ParamLemma, Variant, _m
+from .z3_param_kit import Formula, ParamLemma, Variant
+from .z3_param_kit import mutant as _m
 
 __all__ = ["BAND_LEMMAS", "BAND_OBLIGATION"]
 
 Term = Any
-Formula = tuple[Term, Term]
 
 BAND_OBLIGATION = 20
 

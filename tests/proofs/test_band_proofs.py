@@ -15,8 +15,9 @@ from affinity_proofs.mutants import MUTANTS, by_name
 from affinity_proofs.report import OBLIGATIONS
 from affinity_proofs.scopes import scope_named
 from affinity_proofs.verify import plan
+from affinity_proofs.z3_all_n import param_lemma
 from affinity_proofs.z3_band_lemmas import BAND_LEMMAS, BAND_OBLIGATION
-from affinity_proofs.z3_param_lemmas import ParamLemma, param_lemma, run
+from affinity_proofs.z3_param_kit import ParamLemma, run
 
 from affinity_engine import Config, ConfigError
 from affinity_engine.policy import keep_band

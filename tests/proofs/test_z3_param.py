@@ -9,7 +9,8 @@ from affinity_proofs import conformance_wide, jobs_param, structures
 from affinity_proofs.mutants_beyond import BEYOND_SMALL_MUTANTS, beyond_by_name
 from affinity_proofs.report import Row, to_json
 from affinity_proofs.scopes import scope_named
-from affinity_proofs.z3_param_lemmas import PARAM_LEMMAS, run
+from affinity_proofs.z3_param_kit import run
+from affinity_proofs.z3_param_lemmas import PARAM_LEMMAS
 from affinity_proofs.z3_structures import MERGE_LEMMAS, MergeLemma, run_merge
 
 REQUIRED_ALL_N = {  # the obligations that must hold for every N
@@ -27,7 +28,7 @@ def test_required_lemmas_are_all_n_with_mutants() -> None:
 
 @pytest.mark.parametrize("lemma", PARAM_LEMMAS, ids=lambda x: x.name)
 def test_all_n_lemma_proved_and_mutants_refuted(lemma: object) -> None:
-    from affinity_proofs.z3_param_lemmas import ParamLemma
+    from affinity_proofs.z3_param_kit import ParamLemma
 
     assert isinstance(lemma, ParamLemma)
     assert run(lemma, timeout_s=30).verdict == "proved"
@@ -127,7 +128,7 @@ def test_z3_param_job_row_is_all_n_only_when_proved() -> None:
 
 def test_contradictory_hypotheses_are_vacuous_not_proved() -> None:
     import z3
-    from affinity_proofs.z3_param_lemmas import ParamLemma
+    from affinity_proofs.z3_param_kit import ParamLemma
 
     n = z3.Int("n")
     lemma = ParamLemma("contradiction", 0, (), "n >= 1 and n < 1 prove anything",
