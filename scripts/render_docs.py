@@ -118,8 +118,6 @@ METHOD_MODULES: dict[str, str] = {
     "Z3 LoadTable merge, induction": "z3_structures",
     "Z3 all-N encoding == real core (wide)": "conformance_wide",
     "Z3 encoding == real core (concrete)": "conformance",
-    "Z3 one-step lemma": "z3_lemmas",
-    "Z3 induction step": "z3_lemmas",
     "Z3 fact (witness)": "z3_lemmas",
     "Z3 BMC (releases adversarial)": "z3_bmc",
     "Z3 BMC witnesses -> proofs/counterexamples": "z3_bmc",

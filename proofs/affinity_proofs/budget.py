@@ -64,6 +64,7 @@ class Overrun:
     limit: str  # "cpu" or "wall"
 
 
+_STARTUP_WAIT = 60.0  # seconds a fresh worker may take to import and say "ready"
 _TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 
 
@@ -80,6 +81,8 @@ def cpu_seconds(pid: int) -> float | None:
 
 def _serve(conn: Connection) -> None:
     os.setpgrp()  # the parent can kill this worker together with its children
+    # The interpreter's start-up is not the first task's cost: say when it is over.
+    conn.send(("ready", None))
     while True:
         try:
             message = conn.recv()
@@ -103,6 +106,7 @@ class _Slot:
     task: Task | None = None
     started: float = 0.0
     cpu_start: float = 0.0
+    ready: bool = False  # the worker has sent its start-up "ready"
 
 
 class BudgetPool:
@@ -155,6 +159,11 @@ class BudgetPool:
                     self._kill(slot)
 
     def _start(self, slot: _Slot, task: Task) -> None:
+        if not slot.ready:  # a fresh worker: its CPU clock starts after its start-up
+            if slot.conn.poll(_STARTUP_WAIT):
+                with contextlib.suppress(EOFError, OSError):
+                    slot.conn.recv()
+            slot.ready = True
         slot.task, slot.started = task, time.perf_counter()
         slot.cpu_start = self._cpu(slot)
         slot.conn.send((task.fn, task.args))

@@ -79,13 +79,7 @@ def model_summary(model: dict[str, int | bool] | None) -> str:
 
 # ------------------------------------------------------------------------------ Z3
 def _lemma_ns(scope: Scope, lemma: Lemma) -> tuple[int, ...]:
-    if lemma.name in ("arrivals_spread_inductive", "spread_nonincreasing_above_band"):
-        ns = scope.induction_ns
-    elif lemma.name == "gate_bound":
-        ns = scope.gate_ns
-    else:
-        ns = scope.lemma_ns
-    return tuple(n for n in ns if n >= lemma.min_n)
+    return tuple(n for n in scope.fact_ns if n >= lemma.min_n)
 
 
 def z3_lemma_job(name: str, scope: Scope) -> list[Row]:
@@ -101,8 +95,14 @@ def z3_lemma_job(name: str, scope: Scope) -> list[Row]:
         evidence = f"N={scope.mutant_n}: {model_summary(r.model)}" if refuted else \
             f"verdict {r.verdict} at N={scope.mutant_n}"
         verdicts.append(MutantVerdict(mutant, describe(mutant), refuted, evidence))
-    kind = "Z3 fact (witness)" if lemma.expect_sat else (
-        "Z3 induction step" if "spread" in lemma.name else "Z3 one-step lemma")
+    name, statement, _ = lemma.control
+    controls = [run_lemma(lemma, n, variant=name, control=True) for n in ns]
+    told_apart = all(r.verdict == "proved" for r in controls)
+    verdicts.append(MutantVerdict(
+        name, statement, told_apart,
+        f"no witness at N = {compact_ns(ns)}" if told_apart else
+        f"{controls[0].verdict} at N={controls[0].n}: {model_summary(controls[0].model)}"))
+    kind = "Z3 fact (witness)" if lemma.expect_sat else "Z3 bounded lemma"
     detail = f"{lemma.name}: {lemma.statement}"
     if bad:
         detail += f"; FAILED at N={bad[0].n}: {bad[0].verdict} {model_summary(bad[0].model)}"

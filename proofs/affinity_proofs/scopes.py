@@ -58,9 +58,7 @@ class BfsRun:
 @attrs.frozen
 class Scope:
     name: str
-    lemma_ns: tuple[int, ...]  # one-step lemmas
-    induction_ns: tuple[int, ...]  # R-SKEW-2/3 induction steps
-    gate_ns: tuple[int, ...]  # the gate's bound (nonlinear: rel * min)
+    fact_ns: tuple[int, ...]  # the bounded Z3 facts' witnesses (z3_lemmas.py)
     mutant_n: int  # encoded mutants are refuted at this N
     bmc_depth: int  # per-decision skew BMC (UNSAT expected)
     conformance_sample: int  # seeded points at N = 3, 4 (N <= 2 is exhaustive)
@@ -165,7 +163,7 @@ def _runs(big: Universe, wide: Universe, cap: int, cache: int, lease: Universe,
 
 SMALL = Scope(
     name="small",
-    lemma_ns=(1, 2, 3, 4), induction_ns=(1, 2, 3, 4, 8), gate_ns=(1, 2, 3), mutant_n=3,
+    fact_ns=(2, 3), mutant_n=3,
     bmc_depth=4, conformance_sample=40,
     bfs_runs=_runs(_u(2, "ab", False), _u(2, "abc", False), 2, 2, _u(2, "a"), _u(2, "a"), 2),
     symmetry_check=BfsRun("margin 1, draw ties", _cfg(affinity_break_margin=1,
@@ -178,9 +176,7 @@ SMALL = Scope(
 
 DEFAULT = Scope(
     name="default",
-    # The unrolled lemmas are a bounded cross-check of the all-N proofs (z3_param_lemmas).
-    lemma_ns=tuple(range(1, 7)), induction_ns=(*range(1, 7), 8),
-    gate_ns=tuple(range(1, 5)), mutant_n=3,
+    fact_ns=(2, 3, 4), mutant_n=3,
     bmc_depth=8, conformance_sample=200,
     bfs_runs=_runs(_u(3, "ab", False), _u(2, "abc"), 2, 2, _u(2, "a"), _u(2, "a"), 2),
     symmetry_check=BfsRun("margin 1, draw ties", _cfg(affinity_break_margin=1,
@@ -191,8 +187,7 @@ DEFAULT = Scope(
 
 DEEP = Scope(
     name="deep",
-    lemma_ns=tuple(range(1, 33)), induction_ns=tuple(range(1, 33)),
-    gate_ns=tuple(range(1, 17)), mutant_n=4,
+    fact_ns=tuple(range(2, 9)), mutant_n=4,
     bmc_depth=12, conformance_sample=3000,
     # Per run: 3 servers x 3 ids at loads <= 2 and cache 3 is ~100,000-200,000 states
     # (~75 s CPU); the 2-server runs reach loads <= 3 with 4 ids and an unkeyed id.

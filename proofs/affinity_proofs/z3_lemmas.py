@@ -1,17 +1,21 @@
-"""One-step Z3 lemmas and induction steps over ``N`` symbolic servers.
+"""Bounded Z3 facts: witnesses of what the rules do *not* guarantee.
 
 Theory of operation
 -------------------
-Each :class:`Lemma` builds, for a server count ``n`` and a rule variant
-(:class:`~affinity_proofs.z3_model.Rules`), the formula ``assumptions and not goal``.
-UNSAT proves the lemma for that ``n`` over *all* loads, pins, margins, gate thresholds,
-hash indices and tie choices; a SAT model is a counterexample. A lemma marked
-``expect_sat`` states a *fact* (a property that does not hold, e.g. the legacy rule's
-unbounded skew): there the model is the witness and UNSAT would be the failure.
+Every guarantee of the keep, break and gate rules is proved for **all N** by
+:mod:`.z3_param_lemmas` and :mod:`.z3_band_lemmas`. What is left here are the two *facts*,
+existential statements that need no quantifier over N: one witness at a small ``n`` shows
+them, and a witness at ``n`` is a witness at every larger pool (pad it with busy servers).
 
-Every lemma lists encoded mutants; :func:`run_lemma` on a mutant must return a
-counterexample. The encoding itself is cross-checked against the real core by
-:mod:`.conformance`.
+* ``legacy_violates_skew`` (R-SKEW-4): verl's never-reconsidered pin can sit beyond
+  ``min + m`` -- the skew the margin removes;
+* ``gate_no_constant_bound`` (R-GATE-2): PR #6533's gate, at its defaults, keeps a pin more
+  than :data:`GATE_WITNESS_GAP` above the minimum -- its bound grows with the load.
+
+Each :class:`Lemma` builds, for a server count ``n``, the formula whose model is the
+witness (:class:`~affinity_proofs.z3_model.AcquireVars`, relational, so any tie choice); an
+UNSAT answer would be the failure. The encoding itself is cross-checked against the real
+engine by :mod:`.conformance`.
 """
 
 from __future__ import annotations
@@ -23,9 +27,10 @@ from typing import Any
 import attrs
 import z3
 
-from .z3_model import SPEC, AcquireVars, Decision, Rules, decide, extreme, keep_rule, legacy_decide
+from .z3_model import SPEC, AcquireVars, Rules, decide
 
-__all__ = ["LEMMAS", "Lemma", "LemmaResult", "lemma_by_name", "run_lemma"]
+__all__ = ["GATE_CONTROL_MIN", "GATE_WITNESS_GAP", "LEMMAS", "Lemma", "LemmaResult",
+           "lemma_by_name", "run_lemma"]
 
 Term = Any
 
@@ -37,9 +42,13 @@ class Lemma:
     requirements: tuple[str, ...]
     statement: str
     build: Callable[[int, Rules], tuple[Term, list[AcquireVars]]]
-    mutants: tuple[tuple[str, Rules], ...]
-    expect_sat: bool = False
-    min_n: int = 1  # facts need two servers: with one, the pin is always the minimum
+    # The negative control: a neighbouring statement that has *no* witness, built the same
+    # way and checked by the same solver in the same run (UNSAT expected). A checker that
+    # found witnesses for everything would fail it.
+    control: tuple[str, str, Callable[[int, Rules], tuple[Term, list[AcquireVars]]]]
+    mutants: tuple[tuple[str, Rules], ...] = ()
+    expect_sat: bool = True  # a fact: the model is the witness
+    min_n: int = 2  # with one server, the pin is always the minimum
 
 
 @attrs.frozen
@@ -47,8 +56,8 @@ class LemmaResult:
     lemma: str
     n: int
     variant: str  # "spec" or the mutant's name
-    # "proved" (UNSAT), "witness" (SAT, as a fact lemma expects), "counterexample" (SAT
-    # where UNSAT was claimed), "no witness" (a fact lemma found UNSAT), "unknown".
+    # "witness" (SAT, as a fact expects), "no witness" (UNSAT), "proved" (UNSAT where a
+    # lemma claims UNSAT), "counterexample" (SAT there), "unknown".
     verdict: str
     seconds: float
     model: dict[str, int | bool] | None = None
@@ -59,50 +68,11 @@ class LemmaResult:
 
 
 def _vars(n: int, prefix: str = "") -> AcquireVars:
-    """Every lemma but the legacy equivalence quantifies over *all* tie choices."""
     return AcquireVars(n, prefix, relational=True)
-
-
-def _margin_case(a: AcquireVars) -> Term:
-    return z3.And(a.domain(), a.margin_on, z3.Not(a.det))
 
 
 def _chosen_load(a: AcquireVars, choice: Term) -> Term:
     return a.load_of(choice)
-
-
-def _spread_after(a: AcquireVars, d: Decision) -> tuple[Term, Term]:
-    """max - min of the post-increment loads, and the constraints defining it."""
-    post = d.post_loads(a)
-    low, low_def = extreme(post, "post_low", "min")
-    high, high_def = extreme(post, "post_high", "max")
-    return high - low, z3.And(low_def, high_def)
-
-
-def _equivalence(n: int, rules: Rules) -> tuple[Term, list[AcquireVars]]:
-    a = AcquireVars(n)  # functional: the tie index must mean the same in both models
-    d = decide(a, rules)
-    constraint, legacy_choice = legacy_decide(a)
-    same = z3.And(d.choice == legacy_choice, d.pin_after == legacy_choice,
-                  *[x == y for x, y in zip(d.post_loads(a), [
-                      a.loads[i] + z3.If(legacy_choice == i, 1, 0) for i in range(n)],
-                      strict=True)])
-    return z3.And(a.domain(), z3.Not(a.margin_on), z3.Not(a.gate_on), constraint,
-                  z3.Not(same)), [a]
-
-
-def _determinism(n: int, rules: Rules) -> tuple[Term, list[AcquireVars]]:
-    a, b = _vars(n), _vars(n, "other_")
-    same_request = z3.And(a.pin == b.pin, a.hit == b.hit, a.det_index == b.det_index,
-                          a.det, b.det)
-    return z3.And(a.domain(), b.domain(), same_request,
-                  decide(a, rules).choice != decide(b, rules).choice), [a, b]
-
-
-def _skew(n: int, rules: Rules) -> tuple[Term, list[AcquireVars]]:
-    a = _vars(n)
-    d = decide(a, rules)
-    return z3.And(_margin_case(a), _chosen_load(a, d.choice) > a.low + a.margin), [a]
 
 
 def _legacy_skew(n: int, rules: Rules) -> tuple[Term, list[AcquireVars]]:
@@ -112,66 +82,16 @@ def _legacy_skew(n: int, rules: Rules) -> tuple[Term, list[AcquireVars]]:
     return z3.And(legacy, _chosen_load(a, d.choice) > a.low + a.margin), [a]
 
 
-def _induction_bounded(n: int, rules: Rules) -> tuple[Term, list[AcquireVars]]:
-    a = _vars(n)
-    spread_after, defs = _spread_after(a, decide(a, rules))
-    return z3.And(_margin_case(a), defs, a.high - a.low <= a.margin + 1,
-                  spread_after > a.margin + 1), [a]
-
-
-def _induction_nonincreasing(n: int, rules: Rules) -> tuple[Term, list[AcquireVars]]:
-    a = _vars(n)
-    spread_after, defs = _spread_after(a, decide(a, rules))
-    return z3.And(_margin_case(a), defs, a.high - a.low > a.margin + 1,
-                  spread_after > a.high - a.low), [a]
-
-
-def _margin_zero(n: int, rules: Rules) -> tuple[Term, list[AcquireVars]]:
+def _margin_skew(n: int, rules: Rules) -> tuple[Term, list[AcquireVars]]:
+    """The control of ``legacy_violates_skew``: with a margin, no witness exists."""
     a = _vars(n)
     d = decide(a, rules)
-    return z3.And(_margin_case(a), a.margin == 0,
-                  _chosen_load(a, d.choice) != a.low), [a]
-
-
-def _monotone(n: int, rules: Rules) -> tuple[Term, list[AcquireVars]]:
-    a = _vars(n)
-    m1, m2 = z3.Int("m1"), z3.Int("m2")
-    return z3.And(_margin_case(a), z3.Not(a.gate_on), m1 >= 0, m2 >= m1,
-                  keep_rule(a, rules, m1), z3.Not(keep_rule(a, rules, m2))), [a]
-
-
-def _selectivity(n: int, rules: Rules) -> tuple[Term, list[AcquireVars]]:
-    a = _vars(n)
-    d = decide(a, rules)
-    inside = a.own <= a.low + a.margin
-    return z3.And(_margin_case(a), a.hit, inside,
-                  z3.Not(z3.And(d.kept, d.choice == a.pin))), [a]
-
-
-def _break(n: int, rules: Rules) -> tuple[Term, list[AcquireVars]]:
-    a = _vars(n)
-    d = decide(a, rules)
-    correct = z3.And(d.choice != a.pin, _chosen_load(a, d.choice) == a.low,
-                     d.pin_after == d.choice)
-    return z3.And(a.domain(), z3.Not(a.det), d.broken, z3.Not(correct)), [a]
-
-
-def _no_starvation(n: int, rules: Rules) -> tuple[Term, list[AcquireVars]]:
-    a = _vars(n)
-    d = decide(a, rules)
-    idle = z3.Or(*[x == 0 for x in a.loads])
-    return z3.And(_margin_case(a), idle, _chosen_load(a, d.choice) > a.margin), [a]
-
-
-def _gate_bound(n: int, rules: Rules) -> tuple[Term, list[AcquireVars]]:
-    a = _vars(n)
-    d = decide(a, rules)
-    load, low = _chosen_load(a, d.choice), a.low
-    bound = z3.Or(load <= low + a.gate_abs, load * a.rel_den <= low * a.rel_num)
-    return z3.And(a.domain(), a.gate_on, z3.Not(a.det), a.gate_abs > 0, z3.Not(bound)), [a]
+    with_margin = z3.And(a.domain(), a.margin_on, z3.Not(a.gate_on), z3.Not(a.det))
+    return z3.And(with_margin, _chosen_load(a, d.choice) > a.low + a.margin), [a]
 
 
 GATE_WITNESS_GAP = 100  # the witness shows a kept pin more than this far above the minimum
+GATE_CONTROL_MIN = 10  # below this minimum, the gate's bound is under the gap
 
 
 def _gate_unbounded(n: int, rules: Rules) -> tuple[Term, list[AcquireVars]]:
@@ -182,48 +102,23 @@ def _gate_unbounded(n: int, rules: Rules) -> tuple[Term, list[AcquireVars]]:
                   a.own - a.low > GATE_WITNESS_GAP), [a]
 
 
+def _gate_small_minimum(n: int, rules: Rules) -> tuple[Term, list[AcquireVars]]:
+    """The control of ``gate_no_constant_bound``: the gap needs a large minimum."""
+    term, variables = _gate_unbounded(n, rules)
+    return z3.And(term, variables[0].low <= GATE_CONTROL_MIN), variables
+
+
 LEMMAS: tuple[Lemma, ...] = (
-    Lemma("default_null_equivalence", 1, ("R-LEG-1", "R-ACQ-4", "R-TIE-1"),
-          "margin None, no gate: choice, pin and loads equal the legacy model's",
-          _equivalence, (("margin_null_as_zero", Rules(none_as_zero=True)),
-                         ("ties_last_in_order", Rules(ties_from_end=True)))),
-    Lemma("determinism_ignores_load_margin_gate", 2, ("R-DET-1", "R-DET-4"),
-          "full_determinism: same pin/hash gives the same server whatever loads, margin, gate",
-          _determinism, (("margin_under_determinism", Rules(margin_under_det=True)),)),
-    Lemma("per_decision_skew", 3, ("R-SKEW-1", "R-KEEP-1", "R-PLACE-1"),
-          "margin m: the chosen server's load <= min + m",
-          _skew, (("keep_band_plus_one", Rules(keep_slack=1)),)),
     Lemma("legacy_violates_skew", 3, ("R-SKEW-4",),
           "fact: the legacy rule can choose load > min + m (witness expected)",
-          _legacy_skew, (), expect_sat=True, min_n=2),
-    Lemma("arrivals_spread_inductive", 3, ("R-SKEW-2",),
-          "arrivals only: max - min <= m + 1 is preserved by every acquire",
-          _induction_bounded, (("keep_band_plus_one", Rules(keep_slack=1)),)),
-    Lemma("spread_nonincreasing_above_band", 3, ("R-SKEW-3",),
-          "max - min > m + 1: an acquire never increases max - min",
-          _induction_nonincreasing, (("keep_band_plus_two", Rules(keep_slack=2)),)),
-    Lemma("margin_zero_least_loaded", 4, ("R-SKEW-5",),
-          "margin 0: the chosen server is least-loaded",
-          _margin_zero, (("margin_zero_means_off", Rules(margin_zero_off=True)),)),
-    Lemma("keep_monotone_in_margin", 5, ("R-KEEP-4",),
-          "kept at m1 implies kept at every m2 >= m1",
-          _monotone, (("keep_comparison_flipped", Rules(keep_cmp="ge")),)),
-    Lemma("selectivity", 6, ("R-KEEP-1", "R-KEEP-4"),
-          "a pin with load <= min + m is kept",
-          _selectivity, (("keep_strict_lt", Rules(keep_cmp="lt")),)),
-    Lemma("break_correct", 7, ("R-BREAK-1", "R-BREAK-2"),
-          "a break (margin or gate) moves to a different least-loaded server and re-pins",
-          _break, (("break_keeps_old_server", Rules(break_stays=True)),
-                   ("break_does_not_repin", Rules(break_repins=False)))),
-    Lemma("no_starvation", 12, ("R-KEEP-3",),
-          "margin m and an idle server: the chosen server's load <= m",
-          _no_starvation, (("min_ignores_idle", Rules(floor_over_busy=True)),)),
-    Lemma("gate_bound", 13, ("R-GATE-1", "R-GATE-2"),
-          "gate abs > 0: chosen load <= min + abs or load <= min * rel",
-          _gate_bound, (("gate_disable_inverted", Rules(gate_inverted=True)),)),
+          _legacy_skew, ("margin_has_no_skew_witness",
+                         "control: with the margin on, no choice beyond min + m exists",
+                         _margin_skew)),
     Lemma("gate_no_constant_bound", 13, ("R-GATE-2",),
           f"fact: at abs 4, rel 1.5 a kept pin can sit > {GATE_WITNESS_GAP} above the min",
-          _gate_unbounded, (), expect_sat=True, min_n=2),
+          _gate_unbounded, ("gate_gap_needs_large_minimum",
+                            f"control: with min <= {GATE_CONTROL_MIN}, no kept pin sits "
+                            f"> {GATE_WITNESS_GAP} above it", _gate_small_minimum)),
 )
 
 
@@ -246,10 +141,11 @@ def _model_values(model: Any, variables: list[AcquireVars]) -> dict[str, int | b
 
 
 def run_lemma(lemma: Lemma, n: int, rules: Rules = SPEC, variant: str = "spec",
-              timeout_s: float = 120.0) -> LemmaResult:
-    """Check ``lemma`` (or one of its encoded mutants) at ``n`` servers."""
+              timeout_s: float = 120.0, control: bool = False) -> LemmaResult:
+    """Check ``lemma`` (or one of its encoded mutants, or with ``control`` its negative
+    control, whose verdict is "proved" when no witness exists) at ``n`` servers."""
     start = time.perf_counter()
-    formula, variables = lemma.build(n, rules)
+    formula, variables = (lemma.control[2] if control else lemma.build)(n, rules)
     solver = z3.Solver()
     solver.set("timeout", int(timeout_s * 1000))
     solver.add(formula)
@@ -259,7 +155,7 @@ def run_lemma(lemma: Lemma, n: int, rules: Rules = SPEC, variant: str = "spec",
         return LemmaResult(lemma.name, n, variant, "unknown", seconds)
     if answer == z3.sat:
         model = _model_values(solver.model(), variables)
-        verdict = "witness" if lemma.expect_sat else "counterexample"
+        verdict = "witness" if lemma.expect_sat and not control else "counterexample"
         return LemmaResult(lemma.name, n, variant, verdict, seconds, model)
     return LemmaResult(lemma.name, n, variant,
-                       "no witness" if lemma.expect_sat else "proved", seconds)
+                       "no witness" if lemma.expect_sat and not control else "proved", seconds)
