@@ -70,7 +70,8 @@ EXIT_STATUS: dict[str, str] = {
               "runs)",
     "serve": "0 after a clean shutdown (SIGTERM/SIGINT); 1 the router could not start (the "
              "address is in use or does not resolve, the decision log cannot be opened or "
-             "another router holds it); 2 bad options",
+             "another router holds it); 2 bad options (a --decision-log whose directory does not "
+             "exist among them)",
     "simulate": "0 the sweep ran (and was saved unless --no-save); 2 bad input (preset, "
                 "workload file, policy, workload, output path, a Ray address that is "
                 "malformed or does not answer, --address without Ray)",
