@@ -80,7 +80,7 @@ EXIT_STATUS: dict[str, str] = {
     "check-router": "0 every trace conforms; 1 some trace diverged; 2 bad input, the router "
                     "could not be started, or nothing answers at --url",
     "replay": "0 every record matches the spec; 1 a record diverges; 2 malformed input (a "
-              "file that cannot be read or is not a decision log, a malformed line, a "
+              "file that is missing, cannot be read or is not a decision log, a malformed line, a "
               "truncated last line without --allow-truncated)",
     "vectors": "0 the vectors match (verify), were written (generate) or exported (export); "
                "1 verify found differences; 2 bad input (a directory that is missing or a "
