@@ -33,6 +33,10 @@ example (two vLLM servers, sessions keyed by the x-session-id header):
   curl -s localhost:8080/v1/completions -H 'x-session-id: conv-17' \\
       -H 'content-type: application/json' -d '{"model": "m", "prompt": "hi"}'
 
+no vLLM at hand: start stub backends (a fake vLLM server, model "tiny") on those ports:
+  python -m affinity_vllm.stub --port 8001 --name s1 &
+  python -m affinity_vllm.stub --port 8002 --name s2 &
+
 routes: POST /v1/completions, POST /v1/chat/completions (SSE streaming passed through),
 GET /v1/models, GET /metrics (Prometheus), GET /status (JSON), GET /health (and HEAD on
 the last three).
