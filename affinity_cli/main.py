@@ -41,7 +41,8 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "replay": ("affinity_conformance.cli_replay",
                "validate NDJSON decision logs against the spec"),
     "vectors": ("affinity_conformance.cli_vectors",
-                "generate, verify or export the conformance vectors (spec/vectors/)"),
+                "generate, verify or export the conformance vectors (shipped in the "
+                "package)"),
 }
 
 

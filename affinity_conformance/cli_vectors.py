@@ -71,8 +71,8 @@ def register(parser: argparse.ArgumentParser) -> None:
                      help="destination: a new directory or an empty one")
     for p in (gen, ver):
         p.add_argument("--counterexamples", type=existing_dir, default=COUNTEREXAMPLE_DIR,
-                       help="proof counterexample traces (default: the shipped "
-                            f"proofs/counterexamples, {COUNTEREXAMPLE_DIR})")
+                       help="proof counterexample traces (default: the shipped ones, "
+                            f"{COUNTEREXAMPLE_DIR}; proofs/counterexamples in a checkout)")
         p.add_argument("--regressions", type=existing_dir, default=REGRESSION_DIR,
                        help="shrunk failing traces kept as regressions (default: "
                             f"{REGRESSION_DIR})")

@@ -62,7 +62,8 @@ affinity preset then passes --affinity-break-tokens T --affinity-break-band-cap 
 affinity serve. vllm-router and sglang-router have no context band.
 
 The Rust routers are installed into --routers-venv ({' '.join(ROUTER_PACKAGES)}) with
---install-routers. Findings for them: docs/check-router.md.
+--install-routers. Findings for them: docs/check-router.md in Affinity's source
+repository.
 """
 
 
