@@ -41,7 +41,8 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "replay": ("affinity_conformance.cli_replay",
                "validate NDJSON decision logs against the spec"),
     "vectors": ("affinity_conformance.cli_vectors",
-                "generate, verify or export the conformance vectors (spec/vectors/)"),
+                "generate, verify or export the conformance vectors (shipped in the "
+                "package)"),
 }
 
 
@@ -70,7 +71,8 @@ EXIT_STATUS: dict[str, str] = {
               "runs)",
     "serve": "0 after a clean shutdown (SIGTERM/SIGINT); 1 the router could not start (the "
              "address is in use or does not resolve, the decision log cannot be opened or "
-             "another router holds it); 2 bad options",
+             "another router holds it); 2 bad options (a --decision-log whose directory does not "
+             "exist among them)",
     "simulate": "0 the sweep ran (and was saved unless --no-save); 2 bad input (preset, "
                 "workload file, policy, workload, output path, a Ray address that is "
                 "malformed or does not answer, --address without Ray)",
@@ -79,7 +81,7 @@ EXIT_STATUS: dict[str, str] = {
     "check-router": "0 every trace conforms; 1 some trace diverged; 2 bad input, the router "
                     "could not be started, or nothing answers at --url",
     "replay": "0 every record matches the spec; 1 a record diverges; 2 malformed input (a "
-              "file that cannot be read or is not a decision log, a malformed line, a "
+              "file that is missing, cannot be read or is not a decision log, a malformed line, a "
               "truncated last line without --allow-truncated)",
     "vectors": "0 the vectors match (verify), were written (generate) or exported (export); "
                "1 verify found differences; 2 bad input (a directory that is missing or a "

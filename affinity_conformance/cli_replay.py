@@ -9,7 +9,8 @@ file before it, a cold one is replayed alone; the summary says how many runs it 
 
 Exit status: 0 every record matches the spec; 1 a record diverges (the first one is
 reported with the two records before it; with ``--separate``, the first of each file);
-2 malformed input -- a file that cannot be read, is not a decision log, has a malformed
+2 malformed input -- a file that is missing (checked for every file before any is
+replayed), cannot be read, is not a decision log, has a malformed
 line, or ends in a truncated line (unless ``--allow-truncated``) -- with the file and
 line and what was expected, no traceback. A truncated file followed by a restart is a
 crash the next run recovered from, not an error.
@@ -20,6 +21,7 @@ from __future__ import annotations
 import argparse
 import itertools
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -61,7 +63,27 @@ def _as_json(results: list[FileResult]) -> list[dict[str, object]]:
     return out
 
 
+def unreadable(path: Path) -> str | None:
+    """Why ``path`` is not a file replay can open (None if it is one).
+
+    Checked for every file before any is replayed, so a mistyped name is reported as
+    missing rather than as a malformed log, and nothing is replayed in vain.
+    """
+    if not path.exists():
+        return f"{path}: no such file"
+    if path.is_dir():
+        return f"{path}: is a directory, expected a decision log file"
+    if not os.access(path, os.R_OK):
+        return f"{path}: cannot read: permission denied"
+    return None
+
+
 def run(args: argparse.Namespace) -> int:
+    for path in args.logs:
+        why = unreadable(path)
+        if why is not None:
+            print(f"affinity replay: {why}", file=sys.stderr)
+            return 2
     try:
         results = replay_files(args.logs, join=not args.separate)
     except LogError as exc:

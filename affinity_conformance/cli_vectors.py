@@ -1,10 +1,11 @@
 """``affinity vectors generate|verify|export``: rebuild, verify or export the vectors.
 
-``verify`` compares a fresh in-memory generation with a directory (default: the vectors
-shipped in the package, which are ``spec/vectors/`` in a checkout). ``generate`` is a
-writer, so it takes an explicit ``--out`` (``--out spec/vectors`` in a checkout).
-``export DIR`` copies the shipped tree as a consumer in another language needs it -- the
-README (the consumer contract), ``MANIFEST.json``, ``schema/*.json`` and every case the
+``verify [DIR]`` compares a fresh in-memory generation with a directory (``DIR`` or
+``--dir DIR``; default: the vectors shipped in the package, which are ``spec/vectors/`` in
+a checkout). ``generate`` is a writer, so it takes an explicit ``--out`` (``--out
+spec/vectors`` in a checkout). ``export DIR`` copies the shipped tree as a consumer in
+another language needs it -- the README (the consumer contract), ``SPEC.md`` (the
+specification the README cites), ``MANIFEST.json``, ``schema/*.json`` and every case the
 manifest lists -- byte for byte, checking each case against the manifest; it works from
 an installed wheel, without a checkout.
 
@@ -38,9 +39,13 @@ from .scenario import ScenarioError
 from .shipped import shipped_vectors
 from .vector_format import MANIFEST_NAME, VectorError, file_digest, load_manifest
 
-__all__ = ["export_tree", "register"]
+__all__ = ["EXPORTED_DOCUMENTS", "export_tree", "register"]
 
 DEFAULT_DIR = shipped_vectors()
+# Copied beside the cases by `export`: the consumer contract and the specification it
+# cites (SPEC.md is, in a checkout, a link from spec/vectors/ to spec/SPEC.md, so the
+# README's relative link to it resolves in the repository and in an export alike).
+EXPORTED_DOCUMENTS = ("README.md", "SPEC.md")
 
 
 def register(parser: argparse.ArgumentParser) -> None:
@@ -52,18 +57,22 @@ def register(parser: argparse.ArgumentParser) -> None:
                           "files and the manifest are replaced, README and schema kept")
     ver = sub.add_parser("verify", help="fail if the committed vectors differ from a rebuild",
                          description="Regenerate in memory and compare with a directory.")
-    ver.add_argument("--dir", type=existing_dir, default=DEFAULT_DIR,
+    # DIR as a positional too, as export takes it: `verify DIR` is what people type.
+    ver.add_argument("positional_dir", nargs="?", type=existing_dir, default=None,
+                     metavar="DIR", help="vector directory (the same as --dir DIR)")
+    ver.add_argument("--dir", type=existing_dir, default=None,
                      help=f"vector directory (default: the shipped vectors, {DEFAULT_DIR})")
-    exp = sub.add_parser("export", help="copy the shipped vectors with their README and schema",
-                         description="Write the shipped vector tree (README.md, MANIFEST.json, "
-                                     "schema/, <suite>/<case>.json) to a new or empty DIR, "
-                                     "for a consumer that does not use Python.")
+    exp = sub.add_parser("export", help="copy the shipped vectors with their README, the "
+                                        "spec and the schema",
+                         description="Write the shipped vector tree (README.md, SPEC.md, "
+                                     "MANIFEST.json, schema/, <suite>/<case>.json) to a new "
+                                     "or empty DIR, for a consumer that does not use Python.")
     exp.add_argument("dir", type=Path, metavar="DIR",
                      help="destination: a new directory or an empty one")
     for p in (gen, ver):
         p.add_argument("--counterexamples", type=existing_dir, default=COUNTEREXAMPLE_DIR,
-                       help="proof counterexample traces (default: the shipped "
-                            f"proofs/counterexamples, {COUNTEREXAMPLE_DIR})")
+                       help="proof counterexample traces (default: the shipped ones, "
+                            f"{COUNTEREXAMPLE_DIR}; proofs/counterexamples in a checkout)")
         p.add_argument("--regressions", type=existing_dir, default=REGRESSION_DIR,
                        help="shrunk failing traces kept as regressions (default: "
                             f"{REGRESSION_DIR})")
@@ -78,8 +87,11 @@ def export_tree(source: Path, dest: Path) -> int:
     """
     manifest = load_manifest(source)
     schemas = sorted(p.relative_to(source) for p in (source / "schema").glob("*.json"))
-    if not (source / "README.md").is_file() or not schemas:
-        raise VectorError(f"{source}: README.md or schema/*.json missing from this install")
+    documents = [Path(name) for name in EXPORTED_DOCUMENTS]
+    absent = [str(d) for d in documents if not (source / d).is_file()]
+    if absent or not schemas:
+        raise VectorError(f"{source}: {', '.join(absent or ['schema/*.json'])} missing "
+                          "from this install")
     cases = [Path(rel) for rel in sorted(manifest["files"])]
     for rel in cases:
         path = source / rel
@@ -89,7 +101,7 @@ def export_tree(source: Path, dest: Path) -> int:
             raise VectorError(f"{path}: listed in {MANIFEST_NAME} but missing")
         if file_digest(path.read_bytes()) != manifest["files"][str(rel)]:
             raise VectorError(f"{path}: differs from its sha256 in {MANIFEST_NAME}")
-    for rel in [Path(MANIFEST_NAME), Path("README.md"), *schemas, *cases]:
+    for rel in [Path(MANIFEST_NAME), *documents, *schemas, *cases]:
         (dest / rel).parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(source / rel, dest / rel)
     return len(cases)
@@ -113,13 +125,20 @@ def run_export(args: argparse.Namespace) -> int:
         print(f"affinity vectors export: cannot write {dest}: {exc.strerror or exc}",
               file=sys.stderr)
         return 2
-    print(f"exported {count} vectors with README.md, {MANIFEST_NAME} and schema/ to {dest}")
+    print(f"exported {count} vectors with README.md, SPEC.md, {MANIFEST_NAME} and schema/ "
+          f"to {dest}")
     return 0
 
 
 def run(args: argparse.Namespace) -> int:
     if args.vectors_command == "export":
         return run_export(args)
+    if args.vectors_command == "verify":
+        if args.positional_dir is not None and args.dir is not None:
+            print(f"affinity vectors verify: give the directory once, as DIR or --dir, not "
+                  f"both (got {args.positional_dir} and --dir {args.dir})", file=sys.stderr)
+            return 2
+        args.dir = args.positional_dir or args.dir or DEFAULT_DIR
     out = getattr(args, "out", None)
     if out is not None and out.is_dir() and any(out.iterdir()) and not (
             out / MANIFEST_NAME).is_file():

@@ -86,9 +86,10 @@ def _import_target(spec: str) -> tuple[Any, str]:
     if foreign:
         raise ImplError(f"IMPL {spec!r}: {module_part} is not Python; affinity check loads a "
                         "Python class (module:Class or path/to/file.py:Class). Another "
-                        "language: replay spec/vectors with your own runner "
-                        "(spec/vectors/README.md), check a decision log with affinity "
-                        "replay, or an HTTP router with affinity check-router")
+                        "language: affinity vectors export DIR writes the vectors with "
+                        "their README.md (the consumer contract) and SPEC.md for your own "
+                        "runner; or check a decision log with affinity replay, or an HTTP "
+                        "router with affinity check-router")
     try:
         if module_part.endswith(".py") or os.sep in module_part:
             path = Path(module_part)

@@ -9,8 +9,10 @@ symbolic link to ``../spec/vectors`` and ``affinity_proofs/counterexamples`` one
 ``../counterexamples`` -- and declared as package data in ``pyproject.toml``. setuptools
 follows the links when it collects package data, so a checkout, an editable install, the
 sdist and the wheel all read the same bytes through the same code path, in any working
-directory. ``tests/packaging/`` fails if a link stops pointing at its canonical tree or a
-built wheel's copy differs from it byte for byte.
+directory. ``spec/vectors/SPEC.md`` is a link to ``spec/SPEC.md`` in the same way, so the
+specification ships with the vectors (``affinity vectors export`` writes it beside them).
+``tests/packaging/`` fails if a link stops pointing at its canonical tree or a built
+wheel's copy differs from it byte for byte.
 """
 
 from __future__ import annotations

@@ -163,12 +163,28 @@ def load_router_config(path: str | os.PathLike[str]) -> dict[str, Any]:
     """The YAML as verl's plug-in path loads it (OmegaConf, interpolations resolved).
 
     A relative path is resolved against the working directory (verl also tries its
-    package root as a fallback).
+    package root as a fallback). A file that is not valid YAML (or not UTF-8, or whose
+    interpolations do not resolve) raises :class:`OptionError` naming the file and, for
+    YAML, the line and column.
     """
+    import yaml
     from omegaconf import OmegaConf
+    from omegaconf.errors import OmegaConfBaseException
 
     full_path = _resolve(path)
-    loaded = OmegaConf.to_container(OmegaConf.load(full_path), resolve=True)
+    try:
+        loaded = OmegaConf.to_container(OmegaConf.load(full_path), resolve=True)
+    except yaml.YAMLError as exc:  # one line: the problem and where, not yaml's excerpt
+        mark = getattr(exc, "problem_mark", None)
+        at = f" at line {mark.line + 1} column {mark.column + 1}" if mark else ""
+        raise OptionError(f"router config {full_path}: invalid YAML{at}: "
+                          f"{getattr(exc, 'problem', None) or exc}") from None
+    except UnicodeDecodeError as exc:
+        raise OptionError(f"router config {full_path}: not UTF-8 text ({exc.reason} at "
+                          f"byte {exc.start})") from None
+    except OmegaConfBaseException as exc:  # an interpolation that does not resolve
+        reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise OptionError(f"router config {full_path}: {reason}") from None
     if not isinstance(loaded, dict):
         raise OptionError(f"router config {full_path}: expected a mapping, got {loaded!r}")
     return {str(k): v for k, v in loaded.items()}

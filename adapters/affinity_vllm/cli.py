@@ -6,7 +6,8 @@ modules are imported only when the command runs, so ``affinity --help`` stays fa
 
 Exit status: 0 after a clean shutdown (SIGTERM/SIGINT), 1 when the router cannot start
 (the address cannot be bound or resolved, or the decision log is unusable or held by
-another router), 2 bad options -- each with a one-line message and no traceback.
+another router), 2 bad options (a ``--decision-log`` whose directory does not exist among
+them) -- each with a one-line message and no traceback.
 """
 
 from __future__ import annotations
@@ -16,13 +17,14 @@ import asyncio
 import logging
 import socket
 import sys
+from pathlib import Path
 from typing import Any
 
 import attrs
 
 from .options import CONTEXT_MODES, OptionsError, RouterOptions, parse_margin
 
-__all__ = ["options_from_args", "register", "run"]
+__all__ = ["decision_log_problem", "options_from_args", "register", "run", "startup_summary"]
 
 EPILOG = """\
 example (two vLLM servers, sessions keyed by the x-session-id header):
@@ -30,6 +32,10 @@ example (two vLLM servers, sessions keyed by the x-session-id header):
       --margin 2 --port 8080
   curl -s localhost:8080/v1/completions -H 'x-session-id: conv-17' \\
       -H 'content-type: application/json' -d '{"model": "m", "prompt": "hi"}'
+
+no vLLM at hand: start stub backends (a fake vLLM server, model "tiny") on those ports:
+  python -m affinity_vllm.stub --port 8001 --name s1 &
+  python -m affinity_vllm.stub --port 8002 --name s2 &
 
 routes: POST /v1/completions, POST /v1/chat/completions (SSE streaming passed through),
 GET /v1/models, GET /metrics (Prometheus), GET /status (JSON), GET /health (and HEAD on
@@ -230,8 +236,9 @@ def register(parser: argparse.ArgumentParser) -> None:
 
     logs = parser.add_argument_group("decision log")
     logs.add_argument("--decision-log", default=None, metavar="PATH",
-                      help="write every routing event as NDJSON for `affinity replay`. "
-                      "Opened only after the port is bound, under an exclusive lock on "
+                      help="write every routing event as NDJSON for `affinity replay`; "
+                      "PATH's directory must exist (a missing one is refused at start, "
+                      "exit 2). Opened only after the port is bound, under an exclusive lock on "
                       "PATH.lock: a second router on the same PATH exits with an error "
                       "naming the holder's PID and changes nothing. An existing log at PATH "
                       "is rotated to PATH.1, not overwritten, and the router continues "
@@ -329,11 +336,40 @@ def _admin_token(path: str | None) -> str | None:
                            f"{getattr(exc, 'strerror', None) or exc}") from None
 
 
+def startup_summary(options: RouterOptions) -> str:
+    """What the "listening on" line says about the routing: "2 backends, margin 2"."""
+    count = len(options.backends)
+    margin = "off (null)" if options.margin is None else str(options.margin)
+    return f"{count} backend{'' if count == 1 else 's'}, margin {margin}"
+
+
+def decision_log_problem(path: str | None) -> str | None:
+    """Why ``--decision-log PATH`` cannot work, found before anything starts, or None.
+
+    The router never creates directories for its log: a typo in the directory would
+    otherwise start a log in a place nobody looks. A missing directory is therefore a
+    bad option (exit 2) at configuration time, not a silent ``mkdir -p``.
+    """
+    if path is None:
+        return None
+    parent = Path(path).absolute().parent
+    if not parent.exists():
+        return (f"--decision-log {path}: directory {parent} does not exist (create it "
+                "first; the router does not create directories)")
+    if not parent.is_dir():
+        return f"--decision-log {path}: {parent} is not a directory"
+    return None
+
+
 def run(args: argparse.Namespace) -> int:
     try:
         options = options_from_args(args)
     except OptionsError as exc:
         print(f"affinity serve: {exc}", file=sys.stderr)
+        return 2
+    problem = decision_log_problem(options.decision_log)
+    if problem is not None:
+        print(f"affinity serve: {problem}", file=sys.stderr)
         return 2
     logging.basicConfig(level=args.log_level,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
@@ -344,8 +380,8 @@ def run(args: argparse.Namespace) -> int:
     host = f"[{options.host}]" if ":" in options.host else options.host  # IPv6 literal
 
     def ready(port: int) -> None:
-        print(f"affinity serve: listening on http://{host}:{port} "
-              f"({len(options.backends)} backends, margin {options.margin})", flush=True)
+        print(f"affinity serve: listening on http://{host}:{port} ({startup_summary(options)})",
+              flush=True)
 
     try:
         asyncio.run(serve_forever(options, ready))

@@ -17,12 +17,21 @@ __all__ = ["main"]
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m affinity_vllm.stub",
-                                     description="fake vLLM server for tests")
-    parser.add_argument("--host", default="127.0.0.1")
-    parser.add_argument("--port", type=int, default=0)
-    parser.add_argument("--name", default="stub")
-    parser.add_argument("--model", default="tiny")
+    parser = argparse.ArgumentParser(
+        prog="python -m affinity_vllm.stub",
+        description="A fake vLLM server (no model, no GPU) for trying `affinity serve` and "
+                    "for tests: OpenAI completions and chat (streaming too), /v1/models, "
+                    "/health, /metrics with vLLM's names, /tokenize. Prints 'ready PORT' "
+                    "once it listens.",
+        epilog="example: python -m affinity_vllm.stub --port 8001 --name s1 &")
+    parser.add_argument("--host", default="127.0.0.1", help="address (default: %(default)s)")
+    parser.add_argument("--port", type=int, default=0,
+                        help="port; 0 picks a free one (default: %(default)s)")
+    parser.add_argument("--name", default="stub",
+                        help="this backend's name, in every response (field 'backend', "
+                             "and the id) and its --log (default: %(default)s)")
+    parser.add_argument("--model", default="tiny",
+                        help="the model id it serves (default: %(default)s)")
     parser.add_argument("--block-size", type=int, default=16)
     parser.add_argument("--cache-blocks", type=int, default=256)
     parser.add_argument("--max-num-seqs", type=int, default=8)

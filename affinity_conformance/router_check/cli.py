@@ -62,7 +62,8 @@ affinity preset then passes --affinity-break-tokens T --affinity-break-band-cap 
 affinity serve. vllm-router and sglang-router have no context band.
 
 The Rust routers are installed into --routers-venv ({' '.join(ROUTER_PACKAGES)}) with
---install-routers. Findings for them: docs/check-router.md.
+--install-routers. Findings for them: docs/check-router.md in Affinity's source
+repository.
 """
 
 
@@ -141,8 +142,9 @@ def register(parser: argparse.ArgumentParser) -> None:
     shrink.add_argument("--max-failures", type=_positive, default=3, metavar="N",
                         help="shrink at most N distinct kinds of failure (default 3)")
     shrink.add_argument("--out", type=output_dir, default=None, metavar="DIR",
-                        help="where minimal traces (vector files) and the router log go "
-                        "(default: a new temporary directory, printed)")
+                        help="where minimal traces (vector files) and the router log go, "
+                        "kept whatever the verdict (default: a new temporary directory, "
+                        "printed and kept when the check fails, removed when it passes)")
     shrink.add_argument("--json", action="store_true", help="print the report as JSON")
     env = parser.add_argument_group("environment")
     env.add_argument("--routers-venv", type=_absolute_path, default=DEFAULT_ROUTERS_VENV,
@@ -357,7 +359,8 @@ def render(report: RouterReport) -> str:
             lines.append(f"  {f.repeats} more trace(s) failed the same way")
         if f.vector:
             lines.append(f"  as a vector: {f.vector}")
-    lines += ["", f"output: {report.out_dir}",
+    output = report.out_dir or "none kept (the check passed; --out DIR keeps the router log)"
+    lines += ["", f"output: {output}",
               f"verdict: {report.verdict.upper() if report.verdict == 'fail' else report.verdict}"
               f" in {report.seconds:.1f}s"]
     return "\n".join(lines)

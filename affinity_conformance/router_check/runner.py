@@ -12,13 +12,16 @@ does not fail again on a rerun) gets several tries per shrinking candidate.
 The verdict is ``fail`` if any trace diverged.
 
 The fleet, the router and every held request are released and stopped in ``finally``,
-whatever happens.
+whatever happens. Without ``out``, the run writes into a new temporary directory and
+removes it when the check passes (it then holds only the router's log, of a run that
+found nothing); a failing run keeps it, with the vectors of its minimal traces.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import shutil
 import tempfile
 import time
 from collections.abc import Sequence
@@ -97,7 +100,7 @@ class RouterReport:
     pool_changes: dict[str, int] = attrs.field(factory=dict)  # add/remove/drain driven
     probes: dict[str, int] = attrs.field(factory=dict)
     notes: list[str] = attrs.field(factory=list)
-    out_dir: str = ""
+    out_dir: str = ""  # empty: a temporary directory removed after a pass
     seconds: float = 0.0
 
     @property
@@ -115,7 +118,7 @@ class RouterReport:
                 "band_decisions": self.band,
                 "router_starts": self.router_runs, "pool_changes": self.pool_changes,
                 "backend_probes": self.probes,
-                "notes": self.notes, "out_dir": self.out_dir,
+                "notes": self.notes, "out_dir": self.out_dir or None,
                 "seconds": round(self.seconds, 1),
                 "failures": [f.to_json() for f in self.failures]}
 
@@ -176,6 +179,9 @@ async def check_router(options: CheckOptions) -> RouterReport:
     finally:
         report.probes = dict(sorted(fleet.probes.items()))
         await fleet.stop()
+    if options.out is None and report.verdict == "pass":
+        shutil.rmtree(out, ignore_errors=True)
+        report.out_dir = ""
     report.seconds = time.monotonic() - started
     return report
 

@@ -184,8 +184,8 @@ CAVEATS = {
         "pr7435's KV pools are calibrated to the PR's baseline hit rates, and with them the "
         "simulation overstates the margin's gain 2-5x against PR #7435's own numbers; do "
         "not read these as a forecast. For a prediction "
-        "made before looking at the PR's results, run --preset pr7435-scale (README.md, "
-        "sim/README.md)."
+        "made before looking at the PR's results, run --preset pr7435-scale (sim/README.md "
+        "in Affinity's source repository)."
     ),
 }
 

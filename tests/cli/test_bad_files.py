@@ -170,3 +170,20 @@ def test_replay_streams_and_bounds_what_it_reads(tmp_path: Path,
     long_line.write_text("x" * 1000 + "\n")
     code, _, err = run("replay", str(long_line))
     one_clean_line(code, err, "long.ndjson:1: line longer than 64 characters")
+
+
+def test_replay_names_a_missing_file_as_missing(tmp_path: Path) -> None:
+    """A mistyped name is "no such file", not a malformed log, even after a good file;
+    a file that exists but is not a log is still "malformed" (the control)."""
+    missing = tmp_path / "decisions.ndjson"
+    code, _, err = run("replay", str(missing))
+    line = one_clean_line(code, err, f"{missing}: no such file")
+    assert "malformed" not in line
+    not_a_log = tmp_path / "notes.txt"
+    not_a_log.write_text("hello\n")
+    code, _, err = run("replay", str(not_a_log), str(missing))
+    one_clean_line(code, err, f"{missing}: no such file")
+    code, _, err = run("replay", str(tmp_path))
+    one_clean_line(code, err, f"{tmp_path}: is a directory")
+    code, _, err = run("replay", str(not_a_log))
+    one_clean_line(code, err, "malformed log", str(not_a_log))

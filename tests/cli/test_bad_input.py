@@ -172,6 +172,43 @@ def test_serve_bounds_are_exact(args: list[str], needle: str) -> None:
     one_clean_line(code, err, needle)
 
 
+def test_serve_refuses_a_decision_log_in_a_missing_directory(tmp_path: Path) -> None:
+    """The router creates no directories: a mistyped one is a bad option, found before
+    the port is bound, and nothing is created."""
+    log = tmp_path / "no-such-dir" / "sub" / "decisions.ndjson"
+    code, out, err = run("serve", "--backend", "http://127.0.0.1:1", "--port", "0",
+                         "--decision-log", str(log))
+    one_clean_line(code, err, f"--decision-log {log}",
+                   f"directory {log.parent} does not exist")
+    assert "listening" not in out
+    assert sorted(tmp_path.iterdir()) == []
+
+
+def test_decision_log_check_accepts_an_existing_directory(tmp_path: Path,
+                                                          a_file: Path) -> None:
+    from affinity_vllm.cli import decision_log_problem
+
+    assert decision_log_problem(None) is None
+    assert decision_log_problem(str(tmp_path / "decisions.ndjson")) is None
+    assert decision_log_problem(str(tmp_path / "new-run.ndjson")) is None
+    under_a_file = decision_log_problem(str(a_file / "decisions.ndjson"))
+    assert under_a_file is not None and "is not a directory" in under_a_file
+
+
+@pytest.mark.parametrize(("backends", "margin", "summary"), [
+    (1, None, "1 backend, margin off (null)"),
+    (2, 0, "2 backends, margin 0"),
+    (3, 2, "3 backends, margin 2"),
+])
+def test_serve_startup_summary_reads_as_english(backends: int, margin: int | None,
+                                                summary: str) -> None:
+    from affinity_vllm.cli import startup_summary
+    from affinity_vllm.options import RouterOptions
+
+    urls = tuple(f"http://127.0.0.1:{8001 + i}" for i in range(backends))
+    assert startup_summary(RouterOptions(backends=urls, margin=margin)) == summary
+
+
 def test_serve_unresolvable_host_names_the_host() -> None:
     proc = subprocess.run(
         [sys.executable, "-m", "affinity_cli.main", "serve", "--backend", "http://127.0.0.1:1",

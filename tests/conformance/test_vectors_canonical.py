@@ -38,6 +38,7 @@ from affinity_conformance.vector_format import (
 from affinity_core import canonical_dumps
 
 VECTORS = shipped_vectors()
+ROOT = Path(__file__).resolve().parents[2]
 CASES = vector_files(VECTORS)
 INTEGER = re.compile(r"-?(0|[1-9][0-9]*)")
 FLOAT = re.compile(r"-?(0|[1-9][0-9]*)\.[0-9]+")
@@ -155,8 +156,56 @@ def test_export_writes_the_shipped_tree_with_readme_and_schema(tmp_path: Path) -
                 "schema/manifest.schema.json", *sorted(copied)[:20]]:
         assert (dest / rel).read_bytes() == (VECTORS / rel).read_bytes(), rel
     assert "#### Canonical JSON" in (dest / "README.md").read_text(encoding="utf-8")
+    spec = (dest / "SPEC.md").read_bytes()
+    assert spec == (ROOT / "spec" / "SPEC.md").read_bytes()  # the spec itself, not a link
+    assert not (dest / "SPEC.md").is_symlink()
     verified = run("vectors", "verify", "--dir", str(dest))
     assert verified[0] == 0, verified[2]
+
+
+# [text](target): a markdown link; the target's #fragment is not a file.
+LINK = re.compile(r"\[[^\]]*\]\(([^)\s]+)\)")
+
+
+def relative_links(readme: Path) -> list[str]:
+    """The targets of ``readme``'s links that are files relative to it."""
+    targets = (t.split("#")[0] for t in LINK.findall(readme.read_text(encoding="utf-8")))
+    return [t for t in targets if t and "://" not in t and not t.startswith("mailto:")]
+
+
+def test_every_relative_link_of_the_vectors_readme_resolves_in_an_export(
+        tmp_path: Path) -> None:
+    dest = tmp_path / "exported"
+    assert run("vectors", "export", str(dest))[0] == 0
+    links = relative_links(dest / "README.md")
+    assert "SPEC.md" in links  # the README cites the spec it is the executable half of
+    broken = [t for t in links if not (dest / t).exists()]
+    assert not broken, f"links of the exported README.md that resolve to nothing: {broken}"
+    in_repo = [t for t in relative_links(VECTORS / "README.md")
+               if not (VECTORS / t).exists()]
+    assert not in_repo, f"links of spec/vectors/README.md that resolve to nothing: {in_repo}"
+
+
+def test_relative_links_finds_a_broken_link(tmp_path: Path) -> None:
+    """Negative control of the check above: a README linking outside its folder."""
+    readme = tmp_path / "README.md"
+    readme.write_text("See [the spec](../SPEC.md#r-keep-1), [web](https://example.org/x) "
+                      "and [here](#suites).\n", encoding="utf-8")
+    assert relative_links(readme) == ["../SPEC.md"]
+    assert not (tmp_path / "../SPEC.md").exists()
+
+
+def test_verify_takes_the_directory_as_a_positional_too(tmp_path: Path) -> None:
+    dest = tmp_path / "vectors"
+    assert run("vectors", "export", str(dest))[0] == 0
+    code, out, err = run("vectors", "verify", str(dest))
+    assert code == 0 and str(dest) in out, err
+    case = dest / sorted(load_manifest(dest)["files"])[0]
+    case.write_text(case.read_text(encoding="utf-8") + " ", encoding="utf-8")
+    code, _, err = run("vectors", "verify", str(dest))  # the positional DIR is what is read
+    assert code == 1 and "drift" in err, err
+    one_clean_line(*_code_err(run("vectors", "verify", str(dest), "--dir", str(dest))),
+                   "as DIR or --dir, not both")
 
 
 def test_export_refuses_a_destination_that_is_not_new_or_empty(tmp_path: Path) -> None:

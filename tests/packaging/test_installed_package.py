@@ -9,8 +9,9 @@ into a fresh venv outside the checkout:
   verify``, the pytest plugin) in a small balancer project written into a temporary folder;
 * sdist: with pip directly, then ``affinity verify``.
 
-Both legs run ``affinity verify --scope small`` (the default scope takes several minutes
-on two cores; .ci/run runs it from the checkout).
+Both legs run ``affinity verify --scope small`` (quicker than the default scope, which
+takes about 60 s wall on a quiet 2-core machine and longer on a loaded one; .ci/run runs
+it from the checkout).
 
 and, from an empty temporary folder, runs ``affinity vectors verify``, ``affinity check``
 against a small balancer module written into that folder, ``affinity replay`` on a

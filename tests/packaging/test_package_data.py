@@ -40,6 +40,17 @@ def test_links_point_at_the_canonical_trees() -> None:
     assert DEFAULT_VECTORS.resolve() == (ROOT / "spec" / "vectors").resolve()
 
 
+def test_the_spec_ships_with_the_vectors() -> None:
+    """spec/vectors/SPEC.md links to spec/SPEC.md (one canonical copy) and is package data,
+    so the wheel carries the spec that the vectors' README links to."""
+    link = ROOT / "spec" / "vectors" / "SPEC.md"
+    assert link.is_symlink(), f"{link} must be a symbolic link to ../SPEC.md, not a copy"
+    assert link.resolve() == (ROOT / "spec" / "SPEC.md").resolve()
+    assert (shipped_vectors() / "SPEC.md").read_bytes() == (ROOT / "spec" / "SPEC.md").read_bytes()
+    patterns = _package_data()["affinity_conformance"]
+    assert any(_glob_match("vectors/SPEC.md", pattern) for pattern in patterns)
+
+
 def _package_data() -> dict[str, list[str]]:
     config = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
     data: dict[str, list[str]] = config["tool"]["setuptools"]["package-data"]

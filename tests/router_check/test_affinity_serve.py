@@ -99,3 +99,28 @@ def test_pool_changes_are_driven_through_the_admin_api(
     assert isinstance(changes, dict) and "--admin-port" in report["command"]  # type: ignore[operator]
     assert changes.get("add", 0) > 0 and changes.get("remove", 0) > 0, changes
     assert changes.get("drain", 0) > 0, changes
+
+
+def test_without_out_a_pass_removes_its_temporary_folder_and_a_fail_keeps_it(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """Without --out the run writes into a new temporary folder: removed after a pass
+    (it holds only the log of a run that found nothing), kept after a failure (its
+    vectors are the evidence) and named in the report either way."""
+    import tempfile
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    base = ["check-router", "--preset", "affinity", "--policy", "margin=2", *COMMON]
+    assert main(base) == 0
+    out = capsys.readouterr().out
+    assert "output: none kept (the check passed; --out DIR keeps the router log)" in out
+    assert list(tmp_path.iterdir()) == []
+    assert main([*base, "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["out_dir"] is None
+    assert list(tmp_path.iterdir()) == []
+
+    assert main([*base, "--router-extra", "--margin 0"]) == 1
+    out = capsys.readouterr().out
+    (kept,) = tmp_path.iterdir()
+    assert f"output: {kept}" in out
+    assert list(kept.glob("*.json")), "the failing run's vectors were not kept"

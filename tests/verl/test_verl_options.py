@@ -141,3 +141,25 @@ def test_validate_router_config_preflight(tmp_path: Path) -> None:
         validate_router_config(other)
     with pytest.raises(FileNotFoundError, match="Router config file not found"):
         validate_router_config(tmp_path / "missing.yaml")
+
+
+
+def test_validate_router_config_names_the_file_and_line_of_bad_yaml(tmp_path: Path) -> None:
+    """yaml's own ParserError (a multi-line excerpt, not an OptionError) became one line."""
+    bad = tmp_path / "router.yaml"
+    bad.write_text("router_class: affinity_verl.AffinityLoadBalancer\n"
+                   "full_determinism: false\naffinity_break_margin: [2\n")
+    with pytest.raises(OptionError) as caught:
+        validate_router_config(bad)
+    message = str(caught.value)
+    assert message.startswith(f"router config {bad}: invalid YAML at line 4 column 1: ")
+    assert "\n" not in message
+    unresolved = tmp_path / "interp.yaml"
+    unresolved.write_text("router_class: affinity_verl.AffinityLoadBalancer\n"
+                          "full_determinism: ${nowhere}\n")
+    with pytest.raises(OptionError, match=r"interp\.yaml: Interpolation key 'nowhere'"):
+        validate_router_config(unresolved)
+    binary = tmp_path / "binary.yaml"
+    binary.write_bytes(b"\xff\xfe\x00")
+    with pytest.raises(OptionError, match=r"binary\.yaml: not UTF-8 text"):
+        validate_router_config(binary)

@@ -3,14 +3,18 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import re
+import shutil
 import signal
+import socket
 import subprocess
 import sys
 import time
 import urllib.request
+from pathlib import Path
 
 import attrs
 import pytest
@@ -143,3 +147,47 @@ def test_serve_process_routes_and_stops_on_sigterm() -> None:
             if proc is not None and proc.poll() is None:
                 proc.kill()
                 proc.wait(timeout=10)
+
+
+README = Path(__file__).resolve().parents[2] / "adapters" / "affinity_vllm" / "README.md"
+STUB_BLOCK = re.compile(r"```bash\n# example: stub-fleet\n(.*?)```", re.S)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.mark.skipif(shutil.which("curl") is None, reason="the block uses curl")
+def test_readme_stub_fleet_block_runs_as_written(tmp_path: Path) -> None:
+    """The README's copy-paste block (two stubs, the router, two turns of a session) runs
+    in bash as a reader runs it; only its ports are swapped for free ones, and
+    ``python``/``affinity`` are this environment's."""
+    (block,) = STUB_BLOCK.findall(README.read_text(encoding="utf-8"))
+    ports = {"8001": _free_port(), "8002": _free_port(), "8080": _free_port()}
+    script = re.sub(r"\b(8001|8002|8080)\b", lambda m: str(ports[m.group(1)]), block)
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    for name, command in (("python", f'exec "{sys.executable}" "$@"'),
+                          ("affinity", f'exec "{sys.executable}" -m affinity_cli.main "$@"')):
+        shim = bindir / name
+        shim.write_text(f"#!/bin/sh\n{command}\n", encoding="utf-8")
+        shim.chmod(0o755)
+    env = {**os.environ, "PATH": f"{bindir}{os.pathsep}{os.environ['PATH']}",
+           "PYTHONUNBUFFERED": "1"}
+    proc = subprocess.Popen(["bash", "-c", script], cwd=tmp_path, env=env, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            start_new_session=True)
+    try:
+        out, _ = proc.communicate(timeout=120)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)  # whatever the block left running
+    assert proc.returncode == 0, out
+    paths = re.findall(r"^x-affinity-path: (\S+)", out, re.M | re.I)
+    backends = re.findall(r"^x-affinity-backend: (\S+)", out, re.M | re.I)
+    assert paths == ["new", "kept"], out
+    assert len(backends) == 2 and backends[0] == backends[1], out
+    assert backends[0] in {f"http://127.0.0.1:{ports['8001']}",
+                           f"http://127.0.0.1:{ports['8002']}"}, out

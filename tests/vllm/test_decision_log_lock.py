@@ -93,6 +93,7 @@ def _ops(path: Path) -> dict[str, int]:
 def test_second_router_on_the_same_log_fails_and_the_first_log_replays_complete(
         tmp_path: Path) -> None:
     logs = tmp_path / "logs"
+    logs.mkdir()  # the router creates no directories
     path = logs / "decisions.ndjson"
     procs: list[subprocess.Popen[str]] = []
     try:

@@ -54,6 +54,7 @@ def _spawn(*args: str) -> subprocess.Popen[str]:
 class Cluster:
     def __init__(self, tmp_path: Path) -> None:
         self.log = tmp_path / "logs" / "decisions.ndjson"
+        self.log.parent.mkdir()  # the router creates no directories
         self.procs: list[subprocess.Popen[str]] = []
         self.backends: list[str] = []
 
