@@ -76,6 +76,7 @@ from .outcomes import (
     ReleaseResult,
     StickyCacheCleared,
 )
+from .policy import needs_draw, needs_request_hash
 from .state import State, initial_state
 from .status import VERL_STATUS_KEYS, status
 
@@ -127,6 +128,8 @@ __all__ = [
     "event_from_json",
     "event_to_json",
     "initial_state",
+    "needs_draw",
+    "needs_request_hash",
     "outcome_to_json",
     "release_event",
     "stable_hash",

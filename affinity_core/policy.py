@@ -21,6 +21,11 @@ minimum load in pool order: ``k = 0`` (``first``), ``tie_draw mod t`` (``draw``)
 
 :func:`deterministic_server` (R-DET-2, R-DET-3) ignores load: ``pool[request_hash mod n]``
 (``caller``) or ``sorted(pool)[stable_hash(request_id) mod n]`` (``stable``).
+
+:func:`needs_draw` (R-TIE-5) and :func:`needs_request_hash` (R-DET-5) say, from the
+configuration alone, whether ``step`` can read an acquire's ``tie_draw`` and
+``request_hash``. Where it cannot, every value gives the same transition, so a caller
+makes no draw and computes no hash there.
 """
 
 from __future__ import annotations
@@ -30,8 +35,8 @@ from .events import Acquire
 from .hashing import stable_hash
 from .state import State, load, loads
 
-__all__ = ["deterministic_server", "keep_band", "keep_pin", "least_loaded", "tie_index",
-           "tie_set"]
+__all__ = ["deterministic_server", "keep_band", "keep_pin", "least_loaded", "needs_draw",
+           "needs_request_hash", "tie_index", "tie_set"]
 
 
 def keep_band(config: Config, context_tokens: int | None) -> int | None:
@@ -90,3 +95,19 @@ def deterministic_server(config: Config, state: State, event: Acquire) -> str:
         return ordered[stable_hash(event.request_id) % len(ordered)]
     assert event.request_hash is not None
     return state.pool[event.request_hash % len(state.pool)]
+
+
+def needs_draw(config: Config, request_id: str | None) -> bool:
+    """Whether ``step`` can read the ``tie_draw`` of an acquire keyed by ``request_id``
+    (R-TIE-5): only a least-loaded choice reads it, never under ``full_determinism``,
+    and only under ``draw``, or ``hashed`` for an unkeyed request."""
+    if config.full_determinism:
+        return False
+    return config.tie_break is TieBreak.DRAW or (
+        config.tie_break is TieBreak.HASHED and request_id is None)
+
+
+def needs_request_hash(config: Config) -> bool:
+    """Whether ``step`` can read an acquire's ``request_hash`` (R-DET-5): only
+    ``full_determinism`` with ``hash_mode = "caller"`` does."""
+    return config.full_determinism and config.hash_mode is HashMode.CALLER

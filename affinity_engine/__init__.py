@@ -66,6 +66,7 @@ from .leases import LeaseBook
 from .loads import LoadTable
 from .lru import StickyLru
 from .machine import ACQUIRE_RULES, TRANSITIONS, Lookup, Transition, classify, step
+from .policy import needs_draw, needs_request_hash
 from .state import State, initial_state
 from .status import VERL_STATUS_KEYS, status
 
@@ -116,6 +117,8 @@ __all__ = [
     "event_from_json",
     "event_to_json",
     "initial_state",
+    "needs_draw",
+    "needs_request_hash",
     "outcome_to_json",
     "release_event",
     "stable_hash",

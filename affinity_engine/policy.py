@@ -30,6 +30,10 @@ draw).
 ``pool[request_hash mod n]`` (``caller``) or ``sorted(pool)[stable_hash(rid) mod n]``
 (``stable``).
 
+``needs_draw`` (R-TIE-5) and ``needs_request_hash`` (R-DET-5): whether ``step`` can read
+an acquire's ``tie_draw`` or ``request_hash`` at all, so a driver draws and hashes only
+where it matters (the reference's rule, on the plan's fields).
+
 The options these functions and the machine read on every event come from
 :func:`plan_of`: a :class:`Plan` copies them from the ``Config`` into typed fields once
 and is kept for the last configuration seen (by identity). It changes no decision, only
@@ -46,14 +50,16 @@ from affinity_core.hashing import stable_hash
 
 from .loads import LoadTable
 
-__all__ = ["Plan", "deterministic_server", "keep_band", "keep_pin", "least_loaded", "plan_of",
-           "tie_index"]
+__all__ = ["Plan", "deterministic_server", "keep_band", "keep_pin", "least_loaded",
+           "needs_draw", "needs_request_hash", "plan_of", "tie_index"]
 
 # The enum members compared on the hot path, read once: in the compiled build a member
 # read on the (uncompiled) enum class is a generic attribute lookup on every call.
 _FIRST: Final = TieBreak.FIRST
+_DRAW: Final = TieBreak.DRAW
 _HASHED: Final = TieBreak.HASHED
 _STABLE: Final = HashMode.STABLE
+_CALLER: Final = HashMode.CALLER
 
 
 @final
@@ -67,8 +73,8 @@ class Plan:
     outcome.
     """
 
-    __slots__ = ("cap", "config", "full_determinism", "gate", "lease_accounting", "margin",
-                 "tie_break", "tokens")
+    __slots__ = ("cap", "config", "full_determinism", "gate", "hash_mode", "lease_accounting",
+                 "margin", "tie_break", "tokens")
 
     def __init__(self, config: Config) -> None:
         self.config = config  # the configuration this plan was made from (identity)
@@ -78,6 +84,7 @@ class Plan:
         self.cap: int | None = config.affinity_break_band_cap
         self.gate: DualThreshold | None = config.dual_threshold
         self.tie_break: TieBreak = config.tie_break
+        self.hash_mode: HashMode = config.hash_mode
         self.lease_accounting: bool = config.lease_accounting
 
 
@@ -169,3 +176,18 @@ def deterministic_server(
         return sorted_servers[stable_hash(event.request_id) % len(sorted_servers)]
     assert event.request_hash is not None
     return pool.servers[event.request_hash % len(pool.servers)]
+
+
+def needs_draw(config: Config, request_id: str | None) -> bool:
+    """Whether ``step`` can read the ``tie_draw`` of an acquire keyed by ``request_id``."""
+    plan = plan_of(config)
+    if plan.full_determinism:
+        return False
+    mode = plan.tie_break
+    return mode is _DRAW or (mode is _HASHED and request_id is None)
+
+
+def needs_request_hash(config: Config) -> bool:
+    """Whether ``step`` can read an acquire's ``request_hash``."""
+    plan = plan_of(config)
+    return plan.full_determinism and plan.hash_mode is _CALLER

@@ -121,8 +121,7 @@ def _filled_balancers(log_dir: Path, entries: int) -> dict[str, Any]:
             # Attach the log after the fill (filling through the log would take minutes
             # at 10,000 entries); what follows is exactly what decision_log=... does.
             writer = DecisionLogWriter(log_dir / f"inproc-{entries}.ndjson")
-            writer.start(lb._config, lb._state)
-            lb._log = writer
+            lb._driver.attach_log(writer, configured=SERVERS, warm=False)
         out[name] = lb
     return out
 

@@ -7,18 +7,21 @@ so the actor runs one call at a time and each call is atomic, exactly like verl'
 ``GlobalRequestLoadBalancer``. An ``async def`` here would turn it into an asyncio actor
 and give up that atomicity (PR #7435 behaviour 7).
 
-The adapter holds three things and decides nothing:
+The adapter holds two things and decides nothing:
 
-* ``_state``: the core :class:`~affinity_engine.State`. Each mutating method builds one
-  event, calls :func:`affinity_engine.step`, stores the new state and maps the outcome to
-  verl's return value or exception. No routing logic lives here.
+* ``_driver``: the :class:`affinity_runtime.RoutingDriver` that the vLLM router and the
+  simulator run too. It owns the core :class:`~affinity_engine.State`, builds each event,
+  steps the core and writes the decision log; each method here maps verl's arguments to
+  a driver call and the outcome to verl's return value or exception. The driver is given
+  the sources of the two inputs the pure core may not produce itself, and calls them only
+  where the core reads them (SPEC R-TIE-5, R-DET-5): a seeded draw for
+  ``tie_break="draw"`` that mirrors verl 0.9.1's ``random.choice``
+  (:func:`affinity_runtime.seeded_draw`), and Python's ``hash(request_id)`` for
+  ``full_determinism`` with ``hash_mode="caller"`` (verl's own hash;
+  ``hash_mode="stable"`` lets the core use CRC-32 instead).
 * ``_handles``: ``server_id -> actor handle``. Handles are opaque to routing, so they are
   adapter data, not core state; ``add_servers`` / ``remove_servers`` keep them in step
   with the pool.
-* the sources of the two inputs the pure core may not produce itself: a seeded
-  ``random.Random`` for ``tie_break="draw"`` (verl 0.9.1 calls ``random.choice``), and
-  Python's ``hash(request_id)`` for ``full_determinism`` with ``hash_mode="caller"``
-  (verl's own hash; ``hash_mode="stable"`` lets the core use CRC-32 instead).
 
 **Context band (SPEC §7.5).** With ``affinity_break_tokens`` set (and
 ``full_determinism`` off, where the band is ignored anyway, R-BAND-5),
@@ -56,35 +59,19 @@ cold, as before.
 
 from __future__ import annotations
 
-import os
-import random
 from collections.abc import Iterable, Mapping
 from typing import Any, NoReturn
 
 from affinity_engine import (
     NO_SERVERS_MESSAGE,
-    Acquire,
     Acquired,
-    AddServers,
-    ClearStickyCache,
     ConfigError,
-    Event,
-    HashMode,
     Outcome,
     Rejected,
     RejectReason,
-    Release,
-    RemoveServers,
-    StickyCacheCleared,
-    TieBreak,
-    acquire_event,
-    initial_state,
-    release_event,
-    status,
-    step,
 )
 from affinity_runtime.decision_log import DecisionLogWriter
-from affinity_runtime.warm_start import ABANDONED, start_log
+from affinity_runtime.driver import DecisionLogUnavailable, RoutingDriver, seeded_draw
 
 from .options import BalancerOptions, OptionError, parse_options
 
@@ -148,98 +135,26 @@ class AffinityLoadBalancer:
         parsed = parse_options(config, options, source=type(self).__name__)
         handles = _handles(servers, type(self).__name__)
         try:
-            state = initial_state(parsed.config, handles)
+            driver = RoutingDriver(parsed.config, handles, draw=seeded_draw(parsed.seed),
+                                   request_hash=hash)
         except ConfigError as exc:
             raise OptionError(f"{type(self).__name__}: {exc}") from None
         self._options: BalancerOptions = parsed
         self._config = parsed.config
-        self._state = state
+        self._driver = driver
         self._handles = handles
-        seed = parsed.seed if parsed.seed is not None else int.from_bytes(os.urandom(8), "big")
-        self._rng = random.Random(seed)
-        # Hot path, decided once: does an acquire need a draw or the caller's hash at all
-        # (otherwise its event is the request id alone), and one Release per server for
-        # releases without a request id (events are values, so they can be reused).
-        routing = parsed.config
-        self._needs_draw = (not routing.full_determinism
-                            and routing.tie_break is not TieBreak.FIRST)
-        self._needs_hash = routing.full_determinism and routing.hash_mode is HashMode.CALLER
-        self._band = routing.context_band  # acquires carry len(prompt_ids)
-        self._releases: dict[str, Release] = {}
-        self._log: DecisionLogWriter | None = None
+        self._band = parsed.config.context_band  # acquires carry len(prompt_ids)
         if parsed.decision_log is not None:
-            self._log = DecisionLogWriter(
-                parsed.decision_log,
-                max_bytes=parsed.decision_log_max_bytes,
-                backups=parsed.decision_log_backups,
-            )
             # locks (DecisionLogLocked if held), then continues from an old log's state
-            resumed = start_log(self._log, self._config, self._state)
-            self._state = resumed.state
-            for release in resumed.abandoned:
-                self._apply(release, ABANDONED)
-            if resumed.warm:
-                self._join_pool_after_restart()
-        # The common case, decided once: no log to write, and an acquire's event is the
-        # request id alone. acquire_server / release_server then step the core inline
-        # (what _apply does without a log) instead of through two more method calls.
-        self._plain_release = self._log is None
-        self._plain_acquire = self._plain_release and not (
-            self._band or self._needs_draw or self._needs_hash)
-
-    # ------------------------------------------------------------------ internals
-    def _join_pool_after_restart(self) -> None:
-        """After a warm start: the pool is the servers this balancer was given."""
-        pool = self._state.pool
-        gone = [s for s in pool.servers if s not in self._handles]
-        if gone:
-            self._apply(RemoveServers(server_ids=gone), "restart: no longer configured")
-        back = [s for s in self._handles if s not in self._state.pool]
-        if back:
-            self._apply(AddServers(server_ids=back), "restart: configured")
-
-    def _apply(self, event: Event, reason: str | None = None) -> Outcome:
-        log = self._log
-        if log is None:
-            transition = step(self._config, self._state, event)
-            self._state = transition.state
-            return transition.outcome
-        required = log is not None and self._options.decision_log_required and isinstance(
-            event, Acquire)
-        if required and log is not None and not log.ready(self._config, self._state):
-            self._refuse_unlogged(log)
-        before = self._state
-        transition = step(self._config, before, event)
-        self._state = transition.state
-        if log is not None and not log.record(
-                self._config, before, event, transition.outcome, transition.state,
-                reason=reason) and required:
-            self._state = before  # the acquire the log did not take never happened
-            self._refuse_unlogged(log)
-        return transition.outcome
-
-    @staticmethod
-    def _refuse_unlogged(log: DecisionLogWriter) -> NoReturn:
-        raise RuntimeError(f"decision log unavailable ({log.problem}); "
-                           "decision_log_required refuses to route without it")
-
-    def _tie_draw(self, request_id: str | None) -> int:
-        """The draw for ``tie_break="draw"`` (and unkeyed requests under ``"hashed"``)."""
-        config = self._config
-        if config.full_determinism or config.tie_break is TieBreak.FIRST:
-            return 0
-        if config.tie_break is TieBreak.HASHED and request_id is not None:
-            return 0
-        pool = self._state.pool
-        ties = pool.tie_count if len(pool) else 0
-        return self._rng.randrange(ties) if ties > 1 else 0
-
-    def _request_hash(self, request_id: str | None) -> int | None:
-        config = self._config
-        if config.full_determinism and config.hash_mode is HashMode.CALLER:
-            # verl 0.9.1 indexes its pool with the builtin hash (PYTHONHASHSEED-dependent).
-            return hash(request_id) if isinstance(request_id, str) else None
-        return None
+            # and brings the pool to the servers this balancer was given
+            driver.attach_log(
+                DecisionLogWriter(parsed.decision_log,
+                                  max_bytes=parsed.decision_log_max_bytes,
+                                  backups=parsed.decision_log_backups),
+                configured=list(handles), required=parsed.decision_log_required)
+        # The hot path: the driver's bound methods, looked up once.
+        self._acquire = driver.acquire
+        self._release = driver.release
 
     # ------------------------------------------------------- RequestLoadBalancer
     def acquire_server(self, request_id: str, **extra: Any) -> tuple[str, Any]:
@@ -251,31 +166,13 @@ class AffinityLoadBalancer:
         balancer") when the pool is empty, ``TypeError`` for ``prompt_ids`` that is not a
         sequence (nothing changes).
         """
-        if self._plain_acquire:
-            transition = step(self._config, self._state, acquire_event(request_id))
-            self._state = transition.state  # a rejection may still drop a stale pin
-            outcome = transition.outcome
-            if type(outcome) is Acquired:
-                return outcome.server_id, self._handles.get(outcome.server_id)
-            return self._acquire_failed(request_id, outcome)
-        if self._band:
-            context = _prompt_length(request_id, extra.get("prompt_ids"))
-            if context is not None:
-                return self._acquire_event(request_id, context)
-        if not (self._needs_draw or self._needs_hash):
-            # The positional builder: the same validation without the keyword call.
-            outcome = self._apply(acquire_event(request_id))
-            if type(outcome) is Acquired:
-                return outcome.server_id, self._handles.get(outcome.server_id)
-            return self._acquire_failed(request_id, outcome)
-        return self._acquire_event(request_id, None)
-
-    def _acquire_event(self, request_id: str, context: int | None) -> tuple[str, Any]:
-        event = acquire_event(
-            request_id, self._tie_draw(request_id), self._request_hash(request_id), context
-        )
-        outcome = self._apply(event)
-        if isinstance(outcome, Acquired):
+        context = _prompt_length(request_id, extra.get("prompt_ids")) if self._band else None
+        try:
+            outcome = self._acquire(request_id, context)
+        except DecisionLogUnavailable as exc:
+            raise RuntimeError(f"{exc}; decision_log_required refuses to route "
+                               "without it") from None
+        if type(outcome) is Acquired:
             return outcome.server_id, self._handles.get(outcome.server_id)
         return self._acquire_failed(request_id, outcome)
 
@@ -293,18 +190,7 @@ class AffinityLoadBalancer:
         ``request_id`` is not used. With ``lease_accounting`` the release is matched to
         the acquire it ends (R-LEASE-3).
         """
-        if request_id is None and type(server_id) is str:
-            event = self._releases.get(server_id)
-            if event is None:
-                event = release_event(server_id)
-                if server_id in self._handles:  # bounded by the pool, emptied on removal
-                    self._releases[server_id] = event
-            if self._plain_release:  # _apply without a log, inline
-                self._state = step(self._config, self._state, event).state
-            else:
-                self._apply(event)
-            return
-        self._apply(release_event(server_id, request_id))
+        self._release(server_id, request_id)
 
     def require_acquire_fields(self) -> list[str]:
         """``["prompt_ids"]`` with the context band (its length widens the keep band,
@@ -323,7 +209,7 @@ class AffinityLoadBalancer:
         with lease accounting, where its count and leases are kept (R-LEASE-4).
         """
         handles = _handles(servers, "add_servers")
-        self._apply(AddServers(server_ids=list(handles)))
+        self._driver.add(handles)
         self._handles.update(handles)
 
     def remove_servers(self, server_ids: list[str]) -> None:
@@ -331,27 +217,24 @@ class AffinityLoadBalancer:
         if isinstance(server_ids, (str, bytes)):
             raise TypeError(f"remove_servers: server_ids must be a list of ids, got {server_ids!r}")
         ids = list(server_ids)
-        self._apply(RemoveServers(server_ids=ids))
+        self._driver.remove(ids)
         for sid in ids:
             self._handles.pop(sid, None)
-            self._releases.pop(sid, None)
 
     def get_all_servers(self) -> list[str]:
         """Active server ids in pool order."""
-        return list(self._state.pool.servers)
+        return list(self._driver.state.pool.servers)
 
     def get_inflight_count(self, server_id: str) -> int:
         """In-flight count of ``server_id``; 0 for an unknown server."""
-        pool = self._state.pool
-        return pool.load(server_id) if server_id in pool else 0
+        return self._driver.inflight(server_id)
 
     def get_total_inflight(self) -> int:
-        return self._state.pool.total
+        return self._driver.state.inflight_total
 
     def clear_sticky_cache(self) -> dict[str, Any]:
         """Empty the sticky map; counts and the affinity counters are kept."""
-        outcome = self._apply(ClearStickyCache())
-        assert isinstance(outcome, StickyCacheCleared)
+        outcome = self._driver.clear_sticky_cache()
         return {
             "cleared_entries": outcome.cleared_entries,
             "server_loads": dict(outcome.server_loads),
@@ -362,20 +245,17 @@ class AffinityLoadBalancer:
         set), the counters, policy and tie-break;
         with a decision log also whether it is being written (``decision_log_ok``), its
         failures so far (``decision_log_errors``) and the current one, if any."""
-        out = status(self._config, self._state)
-        if self._config.affinity_break_tokens is not None:
-            out.setdefault("affinity_break_tokens", self._config.affinity_break_tokens)
-            out.setdefault("affinity_break_band_cap", self._config.affinity_break_band_cap)
-        log = self._log
-        out["decision_log"] = None if log is None else str(log.path)
-        if log is not None:
-            log.check()  # notices a log deleted or replaced since the last record
-            out["decision_log_ok"] = log.ok
-            out["decision_log_errors"] = sum(log.errors.values())
-            out["decision_log_problem"] = log.problem
+        out = self._driver.status()
+        health = self._driver.log_health()  # notices a log deleted or replaced
+        out["decision_log"] = None if health is None else health["path"]
+        if health is not None:
+            out["decision_log_ok"] = health["ok"]
+            out["decision_log_errors"] = sum(health["errors"].values())
+            out["decision_log_problem"] = health["problem"]
         return out
 
     # ------------------------------------------------------------------- extras
     def decision_log_files(self) -> list[str]:
         """The decision log's files, oldest first (empty when the log is off)."""
-        return [] if self._log is None else [str(p) for p in self._log.files()]
+        log = self._driver.decision_log
+        return [] if log is None else [str(p) for p in log.files()]

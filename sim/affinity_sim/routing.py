@@ -3,14 +3,17 @@
 Theory of operation
 -------------------
 A policy is a name plus the ``affinity_engine.Config`` it stands for; the simulator never
-decides a route itself. :class:`Balancer` holds one core ``State`` and turns the
-simulator's calls into core events, exactly as an adapter does:
+decides a route itself. :class:`Balancer` is a thin wrapper over the adapters' own driver,
+:class:`affinity_runtime.RoutingDriver`, which holds the core ``State`` and turns the
+simulator's calls into core events exactly as it does for verl and the vLLM router:
 
 * a turn's acquire is ``step(config, state, Acquire(request_id=<trajectory id>,
   tie_draw=<draw>, context_tokens=<prompt length>))``. The trajectory id is reused across
-  turns (verl's ToolAgentLoop), which is where sticky hits come from. ``tie_draw`` comes
-  from the simulation's seeded RNG, standing in for verl 0.9.1's ``random.choice`` among
-  tied minima. ``context_tokens`` is the turn's whole prompt (the conversation so far),
+  turns (verl's ToolAgentLoop), which is where sticky hits come from. ``tie_draw`` is
+  ``getrandbits(31)`` of the simulation's seeded tie RNG, standing in for verl 0.9.1's
+  ``random.choice`` among tied minima; the driver draws it only where the core reads it
+  (SPEC R-TIE-5), so ``first`` ties draw nothing. ``context_tokens`` is the turn's whole
+  prompt (the conversation so far),
   what an adapter reads from ``prompt_ids``; it is sent under every policy because the
   core ignores it unless the context band is configured (SPEC R-BAND-3);
 * least-loaded without stickiness sends ``Acquire(request_id=None)`` (unkeyed);
@@ -47,19 +50,15 @@ from typing import Any
 import attrs
 
 from affinity_engine import (
-    Acquire,
     Acquired,
     Config,
     ConfigError,
     DualThreshold,
     Path,
-    Release,
-    Released,
     ReleaseResult,
-    initial_state,
-    step,
+    State,
 )
-from affinity_runtime import ReuseMeter
+from affinity_runtime import ReuseMeter, RoutingDriver
 
 __all__ = [
     "BASELINE",
@@ -208,38 +207,39 @@ def parse_policies(specs: Iterable[str | Mapping[str, Any] | PolicySpec]) -> lis
 
 
 class Balancer:
-    """One balancer over ``servers``: a core ``State`` advanced by ``step``."""
+    """One balancer over ``servers``: the core driven by :class:`~affinity_runtime.RoutingDriver`,
+    with the simulator's tallies (paths, acquires per server, ignored releases)."""
 
     def __init__(self, config: Config, servers: list[str], sticky: bool,
                  rng: random.Random) -> None:
-        self.config = config
-        self.state = initial_state(config, servers)
+        getrandbits = rng.getrandbits
+        self.driver = RoutingDriver(config, servers, draw=lambda _ties: getrandbits(31))
         self.sticky = sticky
         self.rng = rng
         self.paths: dict[Path, int] = dict.fromkeys(Path, 0)
         self.served: dict[str, int] = dict.fromkeys(servers, 0)  # acquires per server
         self.ignored_releases = 0
 
+    @property
+    def config(self) -> Config:
+        return self.driver.config
+
+    @property
+    def state(self) -> State:
+        return self.driver.state
+
     def acquire(self, request_id: str, context_tokens: int | None = None) -> str:
         """Route one turn; ``context_tokens`` is its prompt length (read by the band only)."""
-        event = Acquire(request_id=request_id if self.sticky else None,
-                        tie_draw=self.rng.getrandbits(31), context_tokens=context_tokens)
-        transition = step(self.config, self.state, event)
-        outcome = transition.outcome
+        outcome = self.driver.acquire(request_id if self.sticky else None, context_tokens)
         if not isinstance(outcome, Acquired):
-            raise RuntimeError(f"the core rejected {event!r}: {outcome!r}")
-        self.state = transition.state
+            raise RuntimeError(f"the core rejected the acquire of {request_id!r}: {outcome!r}")
         self.paths[outcome.path] += 1
         self.served[outcome.server_id] += 1
         return outcome.server_id
 
     def release(self, server_id: str) -> None:
-        transition = step(self.config, self.state, Release(server_id=server_id))
-        self.state = transition.state
-        outcome = transition.outcome
-        assert isinstance(outcome, Released)
-        if outcome.result is not ReleaseResult.APPLIED:
+        if self.driver.release(server_id).result is not ReleaseResult.APPLIED:
             self.ignored_releases += 1
 
     def load(self, server_id: str) -> int:
-        return self.state.pool.load(server_id)
+        return self.driver.state.pool.load(server_id)

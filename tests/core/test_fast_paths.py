@@ -262,10 +262,10 @@ def test_plan_fields_are_the_configs(config: Config) -> None:
     plan = plan_of(config)
     assert plan.config is config and plan_of(config) is plan
     assert (plan.full_determinism, plan.margin, plan.tokens, plan.cap, plan.gate,
-            plan.tie_break, plan.lease_accounting) == (
+            plan.tie_break, plan.hash_mode, plan.lease_accounting) == (
         config.full_determinism, config.affinity_break_margin, config.affinity_break_tokens,
         config.affinity_break_band_cap, config.dual_threshold, config.tie_break,
-        config.lease_accounting)
+        config.hash_mode, config.lease_accounting)
     twin = evolve(config)  # equal, not the same object: a plan of its own
     assert twin == config and plan_of(twin).config is twin
 

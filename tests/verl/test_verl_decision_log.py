@@ -189,7 +189,7 @@ def test_decision_log_required_refuses_an_acquire_it_cannot_log(tmp_path: Path) 
     path = tmp_path / "lb.ndjson"
     lb = AffinityLoadBalancer(SERVERS, decision_log=str(path), decision_log_required=True)
     lb.acquire_server("a")
-    writer = lb._log
+    writer = lb._driver.decision_log
     assert writer is not None and writer._file is not None
     full = os.open("/dev/full", os.O_WRONLY)
     os.dup2(full, writer._file.fileno())  # the next write fails with ENOSPC

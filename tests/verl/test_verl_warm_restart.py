@@ -66,7 +66,7 @@ def test_a_killed_actor_restarted_on_its_log_keeps_its_sessions(tmp_path: Path) 
             assert server == pins[session], session
         lb.release_server(server_id=server, request_id=session)
     files = lb.decision_log_files()
-    lb._log.close()  # type: ignore[union-attr]  # (the actor's end, without Ray)
+    lb._driver.close()  # (the actor's end, without Ray)
 
     assert len(files) == 2
     records = [r.data for r in read_log(files[-1]) if not r.is_header]
