@@ -44,8 +44,8 @@ entry's ``api`` note and in docs/verl-routing.md.
 """
 
 from __future__ import annotations
-
 import __future__
+
 import ast
 import importlib.abc
 import importlib.machinery
