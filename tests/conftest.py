@@ -17,9 +17,11 @@ A *tier* is a group of tests that needs something beyond the ``tests`` extra; it
 says which (registered in pyproject.toml): ``ray`` (the ray package; applied here to every
 test that uses the ``ray_cluster`` fixture), ``vllm`` (the real vLLM venv named by
 ``AFFINITY_VLLM_PYTHON``), ``peers`` (vllm-router and sglang-router in the routers venv),
-``node`` (the ``node`` executable), ``compiled`` (a C compiler for the mypyc build) and
-``verl`` (verl 0.9.1's router module from the verl wheel). ``slow`` marks size, not an
-environment, and is never skipped by this policy (deselect it: ``-m "not slow"``).
+``node`` (the ``node`` executable), ``compiled`` (a C compiler for the mypyc build),
+``verl`` (verl 0.9.1's router module from the verl wheel) and ``verl_prs`` (verl's routing
+PR files extracted by ``scripts/extract_verl_prs.sh``, named by ``AFFINITY_VERL_PRS``).
+``slow`` marks size, not an environment, and is never skipped by this policy (deselect
+it: ``-m "not slow"``).
 
 Before such a test runs, its tier's probe says whether the environment is there. If not:
 
@@ -107,9 +109,19 @@ def _verl() -> str | None:
     return None
 
 
+def _verl_prs() -> str | None:
+    from affinity_conformance.pr_classes import PrClassesUnavailable, pr_root
+
+    try:
+        pr_root()
+    except PrClassesUnavailable as exc:
+        return str(exc)
+    return None
+
+
 TIERS: dict[str, Callable[[], str | None]] = {
     "ray": _ray, "vllm": _vllm, "peers": _peers, "node": _node, "compiled": _compiled,
-    "verl": _verl,
+    "verl": _verl, "verl_prs": _verl_prs,
 }
 LEGACY_OPT_OUTS = {"AFFINITY_ALLOW_NO_VLLM": "vllm", "AFFINITY_ALLOW_NO_VERL": "verl"}
 
