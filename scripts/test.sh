@@ -143,6 +143,23 @@ if ! command -v cc >/dev/null 2>&1 && ! command -v gcc >/dev/null 2>&1; then
 fi
 # --- end of the C compiler block --------------------------------------------------------
 
+# --- verl routing PRs tier (owner: affinity_conformance/pr_classes) ---------------------
+# tests/referee checks the real balancer classes of verl's routing PRs, extracted at run time
+# from a verl git directory with GitHub's refs/pull/N/head (AFFINITY_VERL_GIT) into verl-prs/
+# (never committed). Without such a directory the tier cannot run: under CI=true it is opted
+# out here by name, and the end of the pytest output says so.
+if [[ -z "${AFFINITY_VERL_PRS:-}" ]]; then
+    if [[ -n "${AFFINITY_VERL_GIT:-}" ]]; then
+        step "scripts/extract_verl_prs.sh $AFFINITY_VERL_GIT verl-prs"
+        quiet verl-prs bash scripts/extract_verl_prs.sh "$AFFINITY_VERL_GIT" "$ROOT/verl-prs"
+        export AFFINITY_VERL_PRS="$ROOT/verl-prs"
+    elif [[ "${CI:-}" == "true" ]]; then
+        step "no verl git directory (AFFINITY_VERL_GIT unset): opting out of tier verl_prs"
+        export AFFINITY_OPT_OUT="${AFFINITY_OPT_OUT:+$AFFINITY_OPT_OUT,}verl_prs"
+    fi
+fi
+# --- end of the verl routing PRs block ---------------------------------------------------
+
 step "pytest $*"
 set +e
 "$PY" -m pytest "$@"
