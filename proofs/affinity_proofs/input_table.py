@@ -24,6 +24,9 @@ encode ``servers`` as in-flight counts (R-OBS-2) and print non-ASCII ids unescap
 lease-mode state given without its book decodes with one fresh epoch per server, an
 external load of 0 decodes as none, and a load given as a boolean or as -1 is refused.
 :func:`check_defaults` reads SPEC's Default column off ``Config()``.
+:func:`check_unread_inputs` holds ``needs_draw`` / ``needs_request_hash`` (R-TIE-5, R-DET-5)
+to their promise: where they say an acquire's draw or hash is not read, no value of it
+changes the transition, in the reference and in the engine alike.
 """
 
 from __future__ import annotations
@@ -50,7 +53,7 @@ from affinity_engine import (
 from affinity_engine.codec import CodecError
 
 __all__ = ["EVENT_CASES", "EventCase", "check_codec", "check_defaults", "check_derived",
-           "check_events"]
+           "check_events", "check_unread_inputs"]
 
 _REFUSED = object()
 _SURROGATE = "\ud800"
@@ -356,3 +359,71 @@ def check_codec() -> tuple[int, list[str]]:
     _check_config_codec(problems)
     _check_state_codec(problems)
     return len(EVENT_CASES) + len(CASES) + len(_trace_states()), problems
+
+
+def check_unread_inputs() -> tuple[int, list[str]]:
+    """R-TIE-5, R-DET-5: where the core says an acquire's ``tie_draw`` (``needs_draw``) or
+    ``request_hash`` (``needs_request_hash``) is not needed, every value of it gives the
+    same transition. Judged by running ``step`` -- the reference's and the engine's -- on
+    states with tied minima, a pin and a full pool, for keyed and unkeyed acquires, hits
+    and misses, under every tie-break, hash mode, policy and ``full_determinism``; the
+    reference's and the engine's ``needs_*`` must also agree."""
+    import affinity_core
+    import affinity_engine
+    from affinity_core.config import HashMode, TieBreak
+
+    problems: list[str] = []
+    checked = 0
+    draws, hashes = (0, 1, 2, 5, 2**40), (None, 0, 1, 2, -3, 2**63)
+    # An idle pool (three tied), a pin on s0 (two tied), and two busy of three.
+    first, second = Acquire(request_id="a"), Acquire(request_id="b", tie_draw=1)
+    traces: tuple[tuple[Acquire, ...], ...] = ((), (first,), (first, second))
+    for det in (False, True):
+        for tie_break in TieBreak:
+            for hash_mode in HashMode:
+                for margin in (None, 0, 1):
+                    kwargs = {"affinity_break_margin": margin, "full_determinism": det,
+                              "tie_break": tie_break, "hash_mode": hash_mode}
+                    for rid in ("a", "z", None):
+                        for trace in traces:
+                            checked += 1
+                            problems += _unread_case(affinity_core, affinity_engine, kwargs,
+                                                     rid, trace, draws, hashes)
+    return checked, problems
+
+
+def _unread_case(reference: Any, engine: Any, kwargs: dict[str, Any], rid: str | None,
+                 trace: tuple[Acquire, ...], draws: tuple[int, ...],
+                 hashes: tuple[int | None, ...]) -> list[str]:
+    from affinity_engine.abstraction import to_reference
+
+    problems: list[str] = []
+    servers = ("s0", "s1", "s2")
+    reference_needs: tuple[bool, bool] | None = None
+    for name, package in (("reference", reference), ("engine", engine)):
+        config = package.Config(**kwargs)
+        state = package.initial_state(config, servers)
+        for event in trace:
+            state = package.step(config, state, event).state
+        needs = (package.needs_draw(config, rid), package.needs_request_hash(config))
+        if name == "engine" and needs != reference_needs:
+            problems.append(f"{kwargs} rid={rid!r}: engine needs (draw, hash) = {needs}, "
+                            f"the reference says {reference_needs}")
+        reference_needs = needs
+        varied = []
+        if not needs[0]:
+            varied.append(("tie_draw",
+                           [package.Acquire(request_id=rid, tie_draw=d) for d in draws]))
+        if not needs[1]:
+            varied.append(("request_hash",
+                           [package.Acquire(request_id=rid, request_hash=h) for h in hashes]))
+        for field, events in varied:
+            # The engine's own state representation is compared through its abstraction.
+            view = to_reference if name == "engine" else (lambda s: s)
+            results = {repr((t.outcome, view(t.state))) for t in
+                       (package.step(config, state, e) for e in events)}
+            if len(results) > 1:
+                problems.append(f"{name} {kwargs} rid={rid!r} after {len(trace)} acquires: "
+                                f"{field} is said to be unread, yet its values give "
+                                f"{len(results)} different transitions")
+    return problems

@@ -14,6 +14,9 @@ check, in the same run, must find a problem with it applied:
 * ``request_hash_zero_not_encoded``: the encoder treats ``request_hash = 0`` as absent,
   so a caller hash of 0 decodes as null and a ``full_determinism`` replay is rejected;
 * ``context_band_under_determinism``: ``Config.context_band`` forgets R-BAND-5;
+* ``needs_draw_forgets_hashed_unkeyed``: ``needs_draw`` (the reference's and the
+  engine's) says an unkeyed acquire under ``hashed`` needs no draw, so a driver would
+  send every such request to the first of the tied servers (R-TIE-5);
 * ``cache_default_shifted``: a configuration that names no ``max_cache_size`` gets 10001
   (the third audit's survivor ``operator_cache_default``: no check read SPEC's Default column).
 
@@ -69,6 +72,19 @@ def _context_band_under_determinism() -> Iterator[None]:
         yield
 
 
+def _needs_draw_forgets_hashed_unkeyed() -> Iterator[None]:
+    import affinity_core
+    import affinity_engine
+    from affinity_core.config import TieBreak
+
+    def narrow(config: Config, request_id: str | None) -> bool:
+        return not config.full_determinism and config.tie_break is TieBreak.DRAW
+
+    with patched(affinity_core, "needs_draw", narrow), \
+            patched(affinity_engine, "needs_draw", narrow):
+        yield
+
+
 def _cache_default_shifted() -> Iterator[None]:
     original = config_mod.Config
 
@@ -88,6 +104,8 @@ INPUT_MUTANTS: tuple[Mutant, ...] = (
            "null)", (19,), _request_hash_zero_not_encoded),
     Mutant("context_band_under_determinism", "Config.context_band is true under "
            "full_determinism", (19,), _context_band_under_determinism),
+    Mutant("needs_draw_forgets_hashed_unkeyed", "needs_draw is false for an unkeyed acquire "
+           "under hashed ties", (19,), _needs_draw_forgets_hashed_unkeyed),
     Mutant("cache_default_shifted", "max_cache_size defaults to 10001, not SPEC's 10000",
            (19,), _cache_default_shifted),
 )

@@ -76,6 +76,9 @@ _REFERENCE_VALUE_METHODS = frozenset({
     "exhaustive edge-value table", "event edge-value table", "encoding round trip",
     "derived configuration flags", "configuration defaults"})
 
+# Rows that run the same check on both packages and compare them.
+_BOTH_PACKAGES_METHODS = frozenset({"unread acquire inputs"})
+
 
 @attrs.frozen
 class MutantVerdict:
@@ -108,7 +111,7 @@ class Row:
         """What the row checked: the engine, the reference values (configuration, events
         and the codec live in affinity_core), the two against each other, or a Z3
         encoding (itself checked against the engine by obligation 0)."""
-        if self.obligation == 21:
+        if self.obligation == 21 or self.method in _BOTH_PACKAGES_METHODS:
             return "affinity_engine vs affinity_core"
         if self.method.startswith("Z3") and "real core" not in self.method:
             return "Z3 encoding"
