@@ -189,7 +189,8 @@ class Decision:
 # encodings compose the same pieces.
 
 def lowest(a: Any) -> Term:
-    """R-KEEP-1: a pin is measured from the least load of every active server."""
+    """R-KEEP-1: a pin is measured from the minimum over the whole active pool, the pin
+    included."""
     return a.low
 
 
@@ -199,7 +200,8 @@ def at_most(own: Term, bound: Term) -> Term:
 
 
 def margin_set(a: Any, width: Term) -> Term:
-    """R-POL-1: the margin's rule applies whenever a margin is set, 0 included."""
+    """R-POL-1: the margin's rule applies whenever a margin is set, 0 included (R-KEEP-1:
+    margin 0 moves a pin that is not at the minimum)."""
     return a.margin_on
 
 
@@ -215,8 +217,8 @@ def imbalanced(a: Any) -> Term:
 
 
 def one_policy(a: Any, margin_keep: Term, gate_keep: Term) -> Term:
-    """R-POL-1: the gate's rule with the gate set, else the margin's (a hit with neither
-    is kept, as verl keeps it)."""
+    """R-POL-1, SPEC's KEEP(p): the gate's condition under the gate policy, else the
+    margin's (which is true under the legacy policy, where no margin is set)."""
     return z3.If(a.gate_on, gate_keep, margin_keep)
 
 

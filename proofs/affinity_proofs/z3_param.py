@@ -180,14 +180,14 @@ class PoolParts(Parts):
     """:class:`~affinity_proofs.z3_model.Parts` plus the pieces of this module; the lemma
     builders read them from here, :data:`SPEC_POOL_PARTS` holds the spec's."""
 
-    pool: Callable[..., Pool] = Pool
-    det_index: Callable[[Term, Term], Term] = det_index
-    quotient: Callable[[Pool], Term] = band_quotient
-    band: Callable[[Pool, Term], Term] = capped_band
-    unbanded: Callable[[Pool], Term] = margin_only
-    rank_defs: Callable[[Pool, Term], Term] = rank_defs
-    tie_at: Callable[[Pool, Term, Term, Term], Term] = tie_at
-    reuse: Callable[[Term, Term, Term, Term], Term] = reuse_context
+    pool: Callable[..., Pool] = Pool  # the symbolic inputs every lemma builds
+    det_index: Callable[[Term, Term], Term] = det_index  # R-DET-2
+    quotient: Callable[[Pool], Term] = band_quotient  # R-BAND-1
+    band: Callable[[Pool, Term], Term] = capped_band  # R-BAND-1/2
+    unbanded: Callable[[Pool], Term] = margin_only  # R-BAND-3
+    rank_defs: Callable[[Pool, Term], Term] = rank_defs  # R-TIE-1
+    tie_at: Callable[[Pool, Term, Term, Term], Term] = tie_at  # R-TIE-1
+    reuse: Callable[[Term, Term, Term, Term], Term] = reuse_context  # R-BAND-6
 
 
 SPEC_POOL_PARTS = PoolParts()

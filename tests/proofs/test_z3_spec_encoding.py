@@ -13,6 +13,7 @@ from __future__ import annotations
 import ast
 import inspect
 from types import ModuleType
+from typing import Any
 
 import attrs
 import pytest
@@ -42,10 +43,10 @@ def keep_rule(p, parts):
 '''
 
 
-def _replaced_pieces() -> dict[str, object]:
+def _replaced_pieces() -> dict[str, Any]:
     """Every piece a mutant puts in place of the spec's, by field and function name."""
     spec = attrs.asdict(SPEC_POOL_PARTS, recurse=False)
-    out: dict[str, object] = {}
+    out: dict[str, Any] = {}
     for mutant in z3_mutants.ENCODED_MUTANTS:
         for field, piece in attrs.asdict(mutant.variant.parts, recurse=False).items():
             if piece is not spec[field]:
@@ -55,7 +56,7 @@ def _replaced_pieces() -> dict[str, object]:
 
 def _forbidden() -> set[str]:
     names = {m.name for m in z3_mutants.ENCODED_MUTANTS}
-    names |= {piece.__name__.lstrip("_") for piece in _replaced_pieces().values()}  # type: ignore[attr-defined]
+    names |= {piece.__name__.lstrip("_") for piece in _replaced_pieces().values()}
     return names
 
 
@@ -66,9 +67,7 @@ def _identifiers(tree: ast.AST) -> set[str]:
             out.add(node.id)
         elif isinstance(node, ast.Attribute):
             out.add(node.attr)
-        elif isinstance(node, ast.arg):
-            out.add(node.arg)
-        elif isinstance(node, ast.keyword) and node.arg:
+        elif isinstance(node, ast.arg | ast.keyword) and node.arg:
             out.add(node.arg)
         elif isinstance(node, ast.FunctionDef | ast.ClassDef):
             out.add(node.name)
@@ -125,7 +124,7 @@ def test_a_switch_carrying_encoding_is_flagged() -> None:
     assert any(p.startswith("branches on") for p in problems)
 
 
-def _foreign_pieces(parts: object) -> list[str]:
+def _foreign_pieces(parts: z3_model.Parts) -> list[str]:
     """Fields of a pieces record whose value is not a function (or class) of the
     normative modules."""
     home = {m.__name__ for m in NORMATIVE}
