@@ -9,6 +9,8 @@ engine (:mod:`affinity_engine`, which obligation 21 proves refines the reference
 * :mod:`.z3_model` / :mod:`.z3_lemmas` / :mod:`.z3_bmc`: the bounded encoding, for what has
   no all-N form -- the witnesses of two facts and bounded model checking over releases;
   :mod:`.conformance` and :mod:`.conformance_wide` keep both encodings honest;
+* :mod:`.z3_mutants`: the encoded mutants -- the spec's pieces with one replaced -- and the
+  lemmas that refute each (the two encodings above state the spec only);
 * :mod:`.refinement`: the engine against the reference on wide traces and every vector;
 * :mod:`.bfs` / :mod:`.bfs_checks`: explicit-state breadth-first model checking over all
   interleavings at small scopes, calling ``affinity_engine.step`` and the named predicates

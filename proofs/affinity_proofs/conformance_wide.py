@@ -130,17 +130,14 @@ class _Encoding:
         a, loads = self.pool, p.loads
         # The decision reads the loads only at the pin, the witnesses and the placement;
         # every other position reads -1, which no well-formed load equals.
-        busy = [x if x > 0 else max(loads) for x in loads]
-        w_min, w_max, w_busy = loads.index(min(loads)), loads.index(max(loads)), \
-            busy.index(min(busy))
+        w_min, w_max = loads.index(min(loads)), loads.index(max(loads))
         array: Any = z3.K(z3.IntSort(), z3.IntVal(-1))
-        for i in {p.pin, w_min, w_max, w_busy, placement}:
+        for i in {p.pin, w_min, w_max, placement}:
             array = z3.Store(array, i, loads[i])
         gate = p.gate
         pairs = [
             (a.n, z3.IntVal(len(loads))), (a.loads, array),
             (a.w_min, z3.IntVal(w_min)), (a.w_max, z3.IntVal(w_max)),
-            (a.w_busy, z3.IntVal(w_busy)),
             (a.pin, z3.IntVal(p.pin)), (a.hit, z3.BoolVal(p.sticky == "hit")),
             (a.least, z3.IntVal(placement)),
             (a.margin_on, z3.BoolVal(p.margin is not None)),

@@ -31,7 +31,7 @@ from .report import MutantVerdict, Row
 from .scopes import BfsRun, Scope
 from .z3_bmc import shortest_trace
 from .z3_lemmas import Lemma, LemmaResult, lemma_by_name, run_lemma
-from .z3_model import Rules
+from .z3_mutants import by_name as encoded_mutant
 
 __all__ = ["bfs_mutant_job", "bfs_spec_job", "bmc_job", "conformance_job",
            "counterexample_job", "crosshair_jobs", "describe", "determinism_job",
@@ -124,7 +124,7 @@ def bmc_job(scope: Scope) -> list[Row]:
              for m in (0, 1, 2)]
     holds = not any(r.found for _, r in found)
     mutant = shortest_trace(3, 3, depth, margin=1, bad="decision_skew", bound=1,
-                            rules=Rules(keep_slack=1))
+                            parts=encoded_mutant("keep_band_plus_one").parts)
     evidence = "; ".join(f"{s.op} {s.index}->{s.server} {s.path} {list(s.loads_before)}"
                          for s in mutant.steps)
     verdict = MutantVerdict("keep_band_plus_one", describe("keep_band_plus_one"),

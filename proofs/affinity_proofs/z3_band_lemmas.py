@@ -20,22 +20,23 @@ constraints, so both sides are the same formula builder's output.
 for an integer ``k >= 1``, ``k <= c // T`` iff ``k*T <= c``. This independent form is what
 refutes the ceiling and ``c * T`` mutants.
 
-Every lemma lists encoded mutants (:class:`~affinity_proofs.z3_model.Rules` fields
-``band_div``, ``band_no_cap``, ``band_forgets_margin``, ``band_under_det``,
-``context_without_tokens``, and the margin's ``keep_cmp`` / ``break_stays`` /
-``floor_over_busy`` applied with the band on); :func:`~.z3_param_lemmas.run` refutes them
-with the same formula, and checks that the spec's hypotheses are satisfiable (not vacuous).
+Every lemma lists the encoded mutants it must refute (:func:`.z3_mutants.paired`: the spec's
+pieces with the band's quotient, cap, null-``T`` width, determinism override or reuse
+scaling replaced, or the margin's band test, break or floor applied with the band on);
+:func:`~.z3_param_kit.run` refutes them with the same formula, and checks that the spec's
+hypotheses are satisfiable (not vacuous).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import z3
 
+from .z3_mutants import paired
 from .z3_param import Pool, band_width, decide, det_index, in_pool, keep_rule
 from .z3_param_kit import Formula, ParamLemma, Variant
-from .z3_param_kit import mutant as _m
 
 __all__ = ["BAND_LEMMAS", "BAND_OBLIGATION"]
 
@@ -66,33 +67,33 @@ def _again(p: Pool, name: str, ctx: Term | None = None,
 
 def _default_equivalence(v: Variant) -> Formula:
     """T null: the decision is the margin rule's and the same for any other context."""
-    p = Pool(band=True)
-    d = decide(p, v.rules)
+    p = v.parts.pool(band=True)
+    d = decide(p, v.parts)
     c2 = z3.Int("ctx2")
     terms = (d.choice, d.kept, d.broken, d.pin_after)
     other = [z3.substitute(t, (p.ctx, c2)) for t in terms]
-    margin_rule = z3.And(p.hit, keep_rule(p, v.rules, margin=p.margin))
+    margin_rule = z3.And(p.hit, keep_rule(p, v.parts, margin=p.margin))
     return (z3.And(p.domain(), z3.Not(p.band_on), c2 >= 0),
             z3.Or(d.kept != margin_rule, *[a != b for a, b in zip(terms, other, strict=True)]))
 
 
 def _exact(v: Variant) -> Formula:
-    p = Pool(band=True)
-    d = decide(p, v.rules)
+    p = v.parts.pool(band=True)
+    d = decide(p, v.parts)
     over = p.own - p.low - p.margin
     exact = z3.And(p.own <= p.low + p.cap, z3.Or(over <= 0, over * p.tokens <= p.ctx))
     return z3.And(_band_case(p), p.hit), d.kept != exact
 
 
 def _skew(v: Variant) -> Formula:
-    p = Pool(band=True)
-    d = decide(p, v.rules)
+    p = v.parts.pool(band=True)
+    d = decide(p, v.parts)
     return _band_case(p), p.loads[d.choice] > p.low + p.cap
 
 
 def _monotone_context(v: Variant) -> Formula:
-    p = Pool(band=True)
-    d = decide(p, v.rules)
+    p = v.parts.pool(band=True)
+    d = decide(p, v.parts)
     c2 = z3.Int("ctx2")
     defs, pairs = _again(p, "ctx2", ctx=c2)
     return (z3.And(_band_case(p), p.hit, defs, c2 >= p.ctx),
@@ -100,8 +101,8 @@ def _monotone_context(v: Variant) -> Formula:
 
 
 def _monotone_tokens(v: Variant) -> Formula:
-    p = Pool(band=True)
-    d = decide(p, v.rules)
+    p = v.parts.pool(band=True)
+    d = decide(p, v.parts)
     t2 = z3.Int("tokens2")
     defs, pairs = _again(p, "tokens2", tokens=t2)
     return (z3.And(_band_case(p), p.hit, defs, t2 >= 1, t2 <= p.tokens),
@@ -109,104 +110,87 @@ def _monotone_tokens(v: Variant) -> Formula:
 
 
 def _selectivity(v: Variant) -> Formula:
-    p = Pool(band=True)
-    d = decide(p, v.rules)
+    p = v.parts.pool(band=True)
+    d = decide(p, v.parts)
     return (z3.And(_band_case(p), p.hit, p.own <= p.low + p.margin),
             z3.Not(z3.And(d.kept, d.choice == p.pin)))
 
 
 def _determinism(v: Variant) -> Formula:
-    p = Pool(band=True)
-    d = decide(p, v.rules)
+    p = v.parts.pool(band=True)
+    d = decide(p, v.parts)
     placed = z3.If(p.hit, p.pin, det_index(p.hash, p.n))
     return (z3.And(p.domain(), p.band_on, p.det),
             z3.Or(d.broken, d.choice != placed, d.pin_after != placed))
 
 
 def _no_starvation(v: Variant) -> Formula:
-    p = Pool(band=True)
-    d = decide(p, v.rules)
+    p = v.parts.pool(band=True)
+    d = decide(p, v.parts)
     idle = z3.Int("idle")
     return (z3.And(_band_case(p), in_pool(idle, p.n), p.loads[idle] == 0),
             p.loads[d.choice] > band_width(p))
 
 
 def _break(v: Variant) -> Formula:
-    p = Pool(band=True)
-    d = decide(p, v.rules)
+    p = v.parts.pool(band=True)
+    d = decide(p, v.parts)
     correct = z3.And(p.own > p.low, d.choice != p.pin, p.loads[d.choice] == p.low,
                      d.pin_after == d.choice)
     return z3.And(_band_case(p), d.broken), z3.Not(correct)
 
 
-def _reuse_scaled(v: Variant, prompt: Term, hits: Term, lookups: Term, c: Term) -> Term:
-    """``c`` is what an adapter sends for a ``prompt`` on a server whose kept turns had
-    ``hits`` of ``lookups`` prompt tokens cached (R-BAND-6), without a division operator:
-    ``c*Q <= P*H < (c+1)*Q`` pins ``c = (P*H) // Q`` for ``Q >= 1``; ``Q = 0`` sends P."""
-    if v.reuse == "inverted":  # divides by the hits instead of the lookups
-        scaled = z3.And(hits >= 1, c * hits <= prompt * lookups,
-                        prompt * lookups < (c + 1) * hits)
-        return z3.If(lookups == 0, c == prompt, scaled)
-    base = c - 1 if v.reuse == "plus_one" else c
-    scaled = z3.And(base * lookups <= prompt * hits, prompt * hits < (base + 1) * lookups)
-    return z3.If(lookups == 0, c == prompt, scaled)
-
-
 def _reuse_never_wider(v: Variant) -> Formula:
     """A hit the band keeps at the reuse-scaled context, it keeps at the whole prompt: the
     reuse source only ever narrows the band (towards the margin, which selectivity keeps)."""
-    p = Pool(band=True)
-    d = decide(p, v.rules)
+    p = v.parts.pool(band=True)
+    d = decide(p, v.parts)
     prompt, hits, lookups = z3.Int("prompt"), z3.Int("hits"), z3.Int("lookups")
     defs, pairs = _again(p, "prompt", ctx=prompt)
     report = z3.And(prompt >= 0, lookups >= 0, hits >= 0, hits <= lookups)
     return (z3.And(_band_case(p), p.hit, defs, report,
-                   _reuse_scaled(v, prompt, hits, lookups, p.ctx)),
+                   v.parts.reuse(prompt, hits, lookups, p.ctx)),
             z3.And(d.kept, z3.Not(z3.substitute(d.kept, *pairs))))
 
 
 def _lemma(name: str, requirements: tuple[str, ...], statement: str,
-           build: Any, *mutants: Variant) -> ParamLemma:
-    return ParamLemma(name, BAND_OBLIGATION, requirements, statement, build, mutants)
+           build: Callable[[Variant], Formula]) -> ParamLemma:
+    return ParamLemma(name, BAND_OBLIGATION, requirements, statement, build, paired(name))
 
 
 BAND_LEMMAS: tuple[ParamLemma, ...] = (
     _lemma("band_default_equivalence", ("R-BAND-3",),
            "T null: every decision is the margin rule's (any policy) and the same for every "
-           "context c", _default_equivalence,
-           _m("context_without_tokens", context_without_tokens=True)),
+           "context c", _default_equivalence),
     _lemma("band_exact", ("R-BAND-1", "R-KEEP-2"),
            "band on: a hit is kept iff L[p] <= min + cap and (L[p] <= min + m or "
            "(L[p] - min - m) * T <= c), i.e. L[p] <= min + min(m + c // T, cap)",
-           _exact, _m("band_ceil_division", band_div="ceil"),
-           _m("band_times_tokens", band_div="times")),
+           _exact),
     _lemma("band_skew", ("R-BAND-2",),
            "band on: the chosen server's load <= min + cap, whatever c",
-           _skew, _m("band_no_cap", band_no_cap=True)),
+           _skew),
     _lemma("band_monotone_in_context", ("R-BAND-4",),
            "band on: kept with context c1 implies kept with every c2 >= c1",
-           _monotone_context, _m("band_mod_not_div", band_div="mod")),
+           _monotone_context),
     _lemma("band_monotone_in_tokens", ("R-BAND-4",),
            "band on: kept with T1 implies kept with every 1 <= T2 <= T1",
-           _monotone_tokens, _m("band_times_tokens", band_div="times")),
+           _monotone_tokens),
     _lemma("band_selectivity", ("R-BAND-4", "R-KEEP-1"),
            "band on: a pin with L[p] <= min + m is kept, whatever c",
-           _selectivity, _m("band_forgets_margin", band_forgets_margin=True)),
+           _selectivity),
     _lemma("band_ignored_under_determinism", ("R-BAND-5", "R-DET-4"),
            "band on and full_determinism: a hit keeps its pin, a placement is pool[h mod n], "
            "whatever loads, c, T, cap",
-           _determinism, _m("band_under_determinism", band_under_det=True)),
+           _determinism),
     _lemma("band_no_starvation", ("R-BAND-1", "R-KEEP-3"),
            "band on and an idle server: the chosen server's load <= min(m + c // T, cap)",
-           _no_starvation, _m("band_min_ignores_idle", floor_over_busy=True)),
+           _no_starvation),
     _lemma("band_break_correct", ("R-BAND-1", "R-BREAK-1"),
            "band on: a broken pin is above the minimum, and the acquire moves to a "
            "different least-loaded server and re-pins",
-           _break, _m("band_keep_strict_lt", keep_cmp="lt"),
-           _m("band_break_keeps_old_server", break_stays=True)),
+           _break),
     _lemma("band_reuse_never_wider", ("R-BAND-6", "R-BAND-4"),
            "band on, c = prompt * H // Q (prompt if Q = 0), 0 <= H <= Q: a hit kept at c "
            "is kept at c = prompt; the reuse source only narrows the band",
-           _reuse_never_wider, _m("reuse_plus_one_token", reuse="plus_one"),
-           _m("reuse_divides_by_hits", reuse="inverted")),
+           _reuse_never_wider),
 )

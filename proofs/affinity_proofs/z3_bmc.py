@@ -31,7 +31,7 @@ from typing import Any
 import attrs
 import z3
 
-from .z3_model import SPEC, AcquireVars, Rules, decide, select, zmax, zmin
+from .z3_model import SPEC_PARTS, AcquireVars, Parts, decide, select, zmax, zmin
 
 __all__ = ["BmcResult", "BmcStep", "shortest_trace"]
 
@@ -59,8 +59,8 @@ class BmcResult:
 class _Unrolling:
     """The trace encoding, one step at a time (the solver keeps what it learned)."""
 
-    def __init__(self, n: int, keys: int, rules: Rules, margin: int | None) -> None:
-        self.n, self.keys, self.rules, self.margin = n, keys, rules, margin
+    def __init__(self, n: int, keys: int, parts: Parts, margin: int | None) -> None:
+        self.n, self.keys, self.parts, self.margin = n, keys, parts, margin
         self.loads: list[Term] = [z3.IntVal(0)] * n
         self.pins: list[Term] = [z3.IntVal(-1)] * keys
         self.frames: list[dict[str, Any]] = []
@@ -80,7 +80,7 @@ class _Unrolling:
             z3.Not(a.gate_on), z3.Not(a.det), a.tie == 0,
             z3.Implies(z3.Not(is_acquire), select(self.loads, server) > 0),
         )
-        d = decide(a, self.rules)
+        d = decide(a, self.parts)
         self.frames.append({"acquire": is_acquire, "key": key, "server": server,
                             "decision": d, "loads": self.loads})
         self.skewed.append(z3.And(is_acquire, a.load_of(d.choice) > a.low + band))
@@ -144,12 +144,13 @@ def _canonicalise(solver: Any, run: _Unrolling) -> None:
 
 
 def shortest_trace(n: int, keys: int, max_depth: int, *, margin: int | None, bad: str,
-                   bound: int, rules: Rules = SPEC, timeout_s: float = 60.0) -> BmcResult:
-    """The shortest trace reaching ``bad`` within ``max_depth`` steps, if any."""
+                   bound: int, parts: Parts = SPEC_PARTS, timeout_s: float = 60.0) -> BmcResult:
+    """The shortest trace reaching ``bad`` within ``max_depth`` steps, if any, under the
+    spec's rules or an encoded mutant's ``parts`` (:mod:`.z3_mutants`)."""
     if bad not in ("decision_skew", "global_skew"):
         raise ValueError(f"bad must be 'decision_skew' or 'global_skew', got {bad!r}")
     start = time.perf_counter()
-    run = _Unrolling(n, keys, rules, margin)
+    run = _Unrolling(n, keys, parts, margin)
     solver = z3.Solver()
     solver.set("timeout", int(timeout_s * 1000))
     for depth in range(1, max_depth + 1):

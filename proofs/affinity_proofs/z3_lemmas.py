@@ -27,7 +27,7 @@ from typing import Any
 import attrs
 import z3
 
-from .z3_model import SPEC, AcquireVars, Rules, decide
+from .z3_model import SPEC_PARTS, AcquireVars, Parts, decide
 
 __all__ = ["GATE_CONTROL_MIN", "GATE_WITNESS_GAP", "LEMMAS", "Lemma", "LemmaResult",
            "lemma_by_name", "run_lemma"]
@@ -41,12 +41,12 @@ class Lemma:
     obligation: int
     requirements: tuple[str, ...]
     statement: str
-    build: Callable[[int, Rules], tuple[Term, list[AcquireVars]]]
+    build: Callable[[int, Parts], tuple[Term, list[AcquireVars]]]
     # The negative control: a neighbouring statement that has *no* witness, built the same
     # way and checked by the same solver in the same run (UNSAT expected). A checker that
     # found witnesses for everything would fail it.
-    control: tuple[str, str, Callable[[int, Rules], tuple[Term, list[AcquireVars]]]]
-    mutants: tuple[tuple[str, Rules], ...] = ()
+    control: tuple[str, str, Callable[[int, Parts], tuple[Term, list[AcquireVars]]]]
+    mutants: tuple[tuple[str, Parts], ...] = ()
     expect_sat: bool = True  # a fact: the model is the witness
     min_n: int = 2  # with one server, the pin is always the minimum
 
@@ -75,17 +75,17 @@ def _chosen_load(a: AcquireVars, choice: Term) -> Term:
     return a.load_of(choice)
 
 
-def _legacy_skew(n: int, rules: Rules) -> tuple[Term, list[AcquireVars]]:
+def _legacy_skew(n: int, parts: Parts) -> tuple[Term, list[AcquireVars]]:
     a = _vars(n)
-    d = decide(a, rules)
+    d = decide(a, parts)
     legacy = z3.And(a.domain(), z3.Not(a.margin_on), z3.Not(a.gate_on), z3.Not(a.det))
     return z3.And(legacy, _chosen_load(a, d.choice) > a.low + a.margin), [a]
 
 
-def _margin_skew(n: int, rules: Rules) -> tuple[Term, list[AcquireVars]]:
+def _margin_skew(n: int, parts: Parts) -> tuple[Term, list[AcquireVars]]:
     """The control of ``legacy_violates_skew``: with a margin, no witness exists."""
     a = _vars(n)
-    d = decide(a, rules)
+    d = decide(a, parts)
     with_margin = z3.And(a.domain(), a.margin_on, z3.Not(a.gate_on), z3.Not(a.det))
     return z3.And(with_margin, _chosen_load(a, d.choice) > a.low + a.margin), [a]
 
@@ -94,17 +94,17 @@ GATE_WITNESS_GAP = 100  # the witness shows a kept pin more than this far above 
 GATE_CONTROL_MIN = 10  # below this minimum, the gate's bound is under the gap
 
 
-def _gate_unbounded(n: int, rules: Rules) -> tuple[Term, list[AcquireVars]]:
+def _gate_unbounded(n: int, parts: Parts) -> tuple[Term, list[AcquireVars]]:
     a = _vars(n)
-    d = decide(a, rules)
+    d = decide(a, parts)
     pr_defaults = z3.And(a.gate_abs == 4, a.rel_num == 3, a.rel_den == 2)  # abs 4, rel 1.5
     return z3.And(a.domain(), a.gate_on, z3.Not(a.det), pr_defaults, d.kept,
                   a.own - a.low > GATE_WITNESS_GAP), [a]
 
 
-def _gate_small_minimum(n: int, rules: Rules) -> tuple[Term, list[AcquireVars]]:
+def _gate_small_minimum(n: int, parts: Parts) -> tuple[Term, list[AcquireVars]]:
     """The control of ``gate_no_constant_bound``: the gap needs a large minimum."""
-    term, variables = _gate_unbounded(n, rules)
+    term, variables = _gate_unbounded(n, parts)
     return z3.And(term, variables[0].low <= GATE_CONTROL_MIN), variables
 
 
@@ -140,12 +140,13 @@ def _model_values(model: Any, variables: list[AcquireVars]) -> dict[str, int | b
     return out
 
 
-def run_lemma(lemma: Lemma, n: int, rules: Rules = SPEC, variant: str = "spec",
+def run_lemma(lemma: Lemma, n: int, parts: Parts = SPEC_PARTS, variant: str = "spec",
               timeout_s: float = 120.0, control: bool = False) -> LemmaResult:
-    """Check ``lemma`` (or one of its encoded mutants, or with ``control`` its negative
-    control, whose verdict is "proved" when no witness exists) at ``n`` servers."""
+    """Check ``lemma`` at ``n`` servers, built with the spec's ``parts`` or an encoded
+    mutant's, or with ``control`` its negative control, whose verdict is "proved" when no
+    witness exists."""
     start = time.perf_counter()
-    formula, variables = (lemma.control[2] if control else lemma.build)(n, rules)
+    formula, variables = (lemma.control[2] if control else lemma.build)(n, parts)
     solver = z3.Solver()
     solver.set("timeout", int(timeout_s * 1000))
     solver.add(formula)

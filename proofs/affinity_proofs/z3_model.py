@@ -23,12 +23,18 @@ constraints in :meth:`AcquireVars.domain`; the placement is *any* server at the 
 so a lemma proved relationally holds for every tie-break mode (R-REL-1), and it scales
 far better (induction at N = 32 in about a second).
 
+The rules are written as small named pieces, each one clause of the spec: the floor a
+pin is measured from (:func:`lowest`), the band test (:func:`at_most`), when the margin
+applies (:func:`margin_set`), when the gate is off (:func:`gate_off`), how margin and gate
+combine (:func:`one_policy`), what ``full_determinism`` overrides (:func:`det_keeps`) and
+where a broken pin goes (:func:`to_least`). :func:`keep_rule` and :func:`decide` compose
+them as :data:`SPEC_PARTS` lists them; :class:`Parts` is that list as a record, so the
+all-N encoding of :mod:`.z3_param` composes the same pieces over its symbolic pool.
+
 :func:`decide` returns the chosen index, whether the pin was kept or broken, and the pin
-afterwards. :class:`Rules` selects an *encoded mutant* (the default is the spec); the
-lemmas must refute each mutant they are paired with. :func:`legacy_decide` is written
-separately and relationally (a fresh choice variable constrained by upstream-verl.md
-section 3), not by reusing :func:`decide`, so the default-null equivalence lemma compares
-two different formulations.
+afterwards. :func:`legacy_decide` is written separately and relationally (a fresh choice
+variable constrained by upstream-verl.md section 3), not by reusing :func:`decide`, so the
+default-null equivalence lemma compares two different formulations.
 
 The encoding is kept honest by :mod:`.conformance`, which evaluates these terms on
 concrete inputs (``substitute`` + ``simplify``) and compares them with the real core and
@@ -37,42 +43,18 @@ the real legacy model, inside ``affinity verify`` and in a Hypothesis test.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import attrs
 import z3
 
-__all__ = ["SPEC", "AcquireVars", "Decision", "Rules", "decide", "extreme", "keep_rule",
-           "kth_minimum", "legacy_decide", "select", "tie_count", "zmax", "zmin"]
+__all__ = ["SPEC_PARTS", "AcquireVars", "Decision", "Parts", "at_most", "decide", "det_keeps",
+           "extreme", "gate_off", "imbalanced", "keep_rule", "kth_minimum", "legacy_decide",
+           "lowest", "margin_set", "one_policy", "outcome", "select", "tie_count",
+           "to_least", "zmax", "zmin"]
 
 Term = Any  # z3 expressions are untyped for mypy
-
-
-@attrs.frozen
-class Rules:
-    """Which keep/break rule to encode. The defaults are the spec (and the core)."""
-
-    keep_cmp: str = "le"  # "le": load <= min + m + slack; "lt": <; "ge": >=
-    keep_slack: int = 0
-    margin_zero_off: bool = False  # `if margin:` -- 0 behaves like no margin
-    margin_ignored: bool = False  # the margin is parsed but never applied
-    none_as_zero: bool = False  # margin None evaluated as 0
-    floor_over_busy: bool = False  # band floor = min over loads > 0
-    margin_under_det: bool = False
-    gate_inverted: bool = False  # abs > 0 disables the gate instead of abs <= 0
-    break_stays: bool = False  # a "break" returns the old server
-    break_repins: bool = True
-    ties_from_end: bool = False  # least-loaded ties counted from the last server
-    # The context band (R-BAND-1), encoded only by z3_param.Pool(band=True):
-    band_div: str = "floor"  # c // T; "ceil", "times" (c * T), "mod" (c % T)
-    band_no_cap: bool = False  # min(..., cap) forgotten
-    band_forgets_margin: bool = False  # min(c // T, cap): the band can be below m
-    band_under_det: bool = False  # the band evaluated under full_determinism
-    context_without_tokens: bool = False  # T null, yet the context widens the margin
-
-
-SPEC = Rules()  # the rules as specified (and as the core implements them)
 
 
 def zmin(xs: Sequence[Term]) -> Term:
@@ -102,16 +84,13 @@ def tie_count(loads: Sequence[Term]) -> Term:
     return z3.Sum([z3.If(x == low, 1, 0) for x in loads])
 
 
-def kth_minimum(loads: Sequence[Term], k: Term, from_end: bool = False) -> Term:
+def kth_minimum(loads: Sequence[Term], k: Term) -> Term:
     """The index of the k-th (0-based, pool order) server at the minimum load."""
     low = zmin(loads)
-    order = list(range(len(loads)))
-    if from_end:
-        order.reverse()
-    chosen: Term = z3.IntVal(order[-1])
+    chosen: Term = z3.IntVal(len(loads) - 1)
     before: list[Term] = []
     ranks = []
-    for i in order:
+    for i in range(len(loads)):
         ranks.append((i, z3.Sum([z3.IntVal(0), *before])))
         before.append(z3.If(loads[i] == low, 1, 0))
     for i, rank in reversed(ranks):
@@ -204,44 +183,101 @@ class Decision:
         return [x + z3.If(self.choice == i, 1, 0) for i, x in enumerate(a.loads)]
 
 
-def keep_rule(a: AcquireVars, rules: Rules, margin: Term | None = None) -> Term:
-    """Whether a sticky hit keeps its pin (R-KEEP-1, R-GATE-1, R-DET-4)."""
+# ------------------------------------------------------------------ the rules' pieces
+# Each piece reads only attributes that AcquireVars and z3_param.Pool both have (loads,
+# low, high, own, pin, hit, margin_on, gate_on, gate_abs, rel_num, rel_den, det), so both
+# encodings compose the same pieces.
+
+def lowest(a: Any) -> Term:
+    """R-KEEP-1: a pin is measured from the minimum over the whole active pool, the pin
+    included."""
+    return a.low
+
+
+def at_most(own: Term, bound: Term) -> Term:
+    """R-KEEP-1: the pin is kept while its load is at most the bound (inclusive)."""
+    return own <= bound
+
+
+def margin_set(a: Any, width: Term) -> Term:
+    """R-POL-1: the margin's rule applies whenever a margin is set, 0 included (R-KEEP-1:
+    margin 0 moves a pin that is not at the minimum)."""
+    return a.margin_on
+
+
+def gate_off(a: Any) -> Term:
+    """R-GATE-1: PR #6533's gate is disabled by ``balance_abs_threshold <= 0``."""
+    return a.gate_abs <= 0
+
+
+def imbalanced(a: Any) -> Term:
+    """R-GATE-1: both of the gate's thresholds are exceeded (``rel = num / den``)."""
+    return z3.And(a.gate_abs > 0, a.high - a.low > a.gate_abs,
+                  a.high * a.rel_den > a.low * a.rel_num)
+
+
+def one_policy(a: Any, margin_keep: Term, gate_keep: Term) -> Term:
+    """R-POL-1, SPEC's KEEP(p): the gate's condition under the gate policy, else the
+    margin's (which is true under the legacy policy, where no margin is set)."""
+    return z3.If(a.gate_on, gate_keep, margin_keep)
+
+
+def det_keeps(a: Any, policy: Term) -> Term:
+    """R-DET-4: under ``full_determinism`` every hit keeps its pin."""
+    return z3.Or(a.det, policy)
+
+
+def to_least(a: Any, least: Term) -> tuple[Term, Term]:
+    """R-BREAK-1: a broken pin moves to the least-loaded placement and is re-pinned there
+    (the server it is sent to, the server it is pinned to)."""
+    return least, least
+
+
+@attrs.frozen
+class Parts:
+    """The pieces :func:`keep_rule` and :func:`decide` compose; :data:`SPEC_PARTS` holds
+    the spec's. Each field is one of the functions above (or one with its signature)."""
+
+    floor: Callable[[Any], Term] = lowest
+    within: Callable[[Term, Term], Term] = at_most
+    margin_active: Callable[[Any, Term], Term] = margin_set
+    gate_disabled: Callable[[Any], Term] = gate_off
+    policy: Callable[[Any, Term, Term], Term] = one_policy
+    under_det: Callable[[Any, Term], Term] = det_keeps
+    on_break: Callable[[Any, Term], tuple[Term, Term]] = to_least
+
+
+SPEC_PARTS = Parts()  # the rules as specified (and as the core implements them)
+
+
+def keep_rule(a: Any, parts: Parts = SPEC_PARTS, margin: Term | None = None) -> Term:
+    """Whether a sticky hit keeps its pin (R-KEEP-1, R-GATE-1, R-DET-4), with the skew
+    the margin's rule tolerates ``margin`` (default: the margin ``m``)."""
     m = a.margin if margin is None else margin
-    loads, low, high, own = a.loads, a.low, a.high, a.own
-    true_min = low
-    if rules.floor_over_busy:  # idle servers count as the maximum; all idle gives 0
-        low = zmin([z3.If(x > 0, x, high) for x in loads])
-    bound = low + m + rules.keep_slack
-    band = {"le": own <= bound, "lt": own < bound, "ge": own >= bound}[rules.keep_cmp]
-    margin_active = a.margin_on
-    if rules.margin_zero_off:
-        margin_active = z3.And(a.margin_on, m != 0)
-    if rules.margin_ignored:
-        margin_active = z3.BoolVal(False)
-    imbalanced = z3.And(a.gate_abs > 0, high - true_min > a.gate_abs,
-                        high * a.rel_den > true_min * a.rel_num)
-    gate_disabled = a.gate_abs > 0 if rules.gate_inverted else a.gate_abs <= 0
-    gate_keep = z3.Or(own == true_min, gate_disabled, z3.Not(imbalanced))
-    legacy = z3.And(z3.Not(a.margin_on), z3.Not(a.gate_on))
-    if rules.none_as_zero:
-        policy = z3.If(legacy, own <= true_min, z3.If(a.gate_on, gate_keep,
-                                                         z3.If(margin_active, band, True)))
-    else:
-        policy = z3.If(a.gate_on, gate_keep, z3.If(margin_active, band, True))
-    return policy if rules.margin_under_det else z3.Or(a.det, policy)
+    band_keep = parts.within(a.own, parts.floor(a) + m)
+    margin_keep = z3.If(parts.margin_active(a, m), band_keep, True)
+    gate_keep = z3.Or(a.own == a.low, parts.gate_disabled(a), z3.Not(imbalanced(a)))
+    return parts.under_det(a, parts.policy(a, margin_keep, gate_keep))
 
 
-def decide(a: AcquireVars, rules: Rules = SPEC) -> Decision:
-    """The core's acquire decision for a keyed request (R-ACQ-1..7, R-BREAK-1)."""
-    least = a.least if a.relational else kth_minimum(a.loads, a.tie, rules.ties_from_end)
-    place = z3.If(a.det, a.det_index, least)
-    keep = keep_rule(a, rules)
+def outcome(a: Any, keep: Term, least: Term, place: Term,
+            parts: Parts = SPEC_PARTS) -> tuple[Term, Term, Term, Term]:
+    """(choice, kept, broken, pin afterwards) of a keyed acquire (R-ACQ-1..7, R-BREAK-1):
+    a hit whose pin is kept returns it, a broken one goes where :attr:`Parts.on_break`
+    sends it, a miss goes to ``place``."""
     kept = z3.And(a.hit, keep)
     broken = z3.And(a.hit, z3.Not(keep))
-    repin = a.pin if rules.break_stays else least
-    choice = z3.If(kept, a.pin, z3.If(broken, repin, place))
-    pin_after = z3.If(z3.Or(kept, z3.And(broken, not rules.break_repins)), a.pin, choice)
-    return Decision(choice, kept, broken, pin_after)
+    moved, repinned = parts.on_break(a, least)
+    choice = z3.If(kept, a.pin, z3.If(broken, moved, place))
+    pin_after = z3.If(kept, a.pin, z3.If(broken, repinned, place))
+    return choice, kept, broken, pin_after
+
+
+def decide(a: AcquireVars, parts: Parts = SPEC_PARTS) -> Decision:
+    """The core's acquire decision for a keyed request (R-ACQ-1..7, R-BREAK-1)."""
+    least = a.least if a.relational else kth_minimum(a.loads, a.tie)
+    place = z3.If(a.det, a.det_index, least)
+    return Decision(*outcome(a, keep_rule(a, parts), least, place, parts))
 
 
 def legacy_decide(a: AcquireVars, name: str = "legacy_choice") -> tuple[Term, Term]:

@@ -33,24 +33,30 @@ the context ``c`` and ``c = q*T + r`` with ``0 <= r < T`` (:meth:`Pool.band_doma
 the keep rule compares with :func:`band_width` instead of the margin; a pool without it
 builds exactly the margin's formulas. The band's lemmas are :mod:`.z3_band_lemmas`.
 
-Encoded mutants reuse :class:`~affinity_proofs.z3_model.Rules` (the spec's keep rule,
-break rule, tie order) plus the hash rule ``det_mod``: ``"floor"`` (the spec),
-``"abs"`` (``abs(h) % n``) or ``"trunc"`` (C's remainder, negative for a negative hash).
-The concrete link between this encoding and the real core is :mod:`.conformance`, which
-evaluates :func:`decide` at concrete ``n``, loads and hashes.
+The keep and break rules are :mod:`.z3_model`'s pieces, composed over this pool
+(:func:`~affinity_proofs.z3_model.keep_rule`, :func:`~affinity_proofs.z3_model.outcome`);
+this module adds the pieces only the all-N lemmas read: the hash rule (:func:`det_index`),
+the band's quotient, cap and null-``T`` width (:func:`band_quotient`, :func:`capped_band`,
+:func:`margin_only`), the tie rank (:func:`rank_defs`, :func:`tie_at`) and the adapters'
+reuse-scaled context (:func:`reuse_context`). :data:`SPEC_POOL_PARTS` holds them all.
+The concrete link between this encoding and the real core is :mod:`.conformance_wide`,
+which evaluates :func:`decide` at concrete ``n``, loads and hashes.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import attrs
 import z3
 
-from .z3_model import SPEC, Rules
+from . import z3_model
+from .z3_model import Parts
 
-__all__ = ["Pool", "PoolDecision", "band_width", "decide", "det_index", "in_pool", "keep_rule",
-           "legacy_decide", "post_loads", "rank_defs"]
+__all__ = ["SPEC_POOL_PARTS", "Pool", "PoolDecision", "PoolParts", "band_quotient", "band_width",
+           "capped_band", "decide", "det_index", "in_pool", "keep_rule", "legacy_decide",
+           "margin_only", "post_loads", "rank_defs", "reuse_context", "tie_at"]
 
 
 Term = Any  # z3 expressions are untyped for mypy
@@ -60,12 +66,8 @@ def in_pool(i: Term, n: Term) -> Term:
     return z3.And(i >= 0, i < n)
 
 
-def det_index(h: Term, n: Term, mode: str = "floor") -> Term:
+def det_index(h: Term, n: Term) -> Term:
     """The pool position of R-DET-2 for caller hash ``h``: Python's ``h % n``."""
-    if mode == "abs":
-        return z3.If(h >= 0, h, -h) % n
-    if mode == "trunc":  # C / Java remainder: takes the sign of the dividend
-        return z3.If(h >= 0, h % n, -((-h) % n))
     return h % n
 
 
@@ -92,10 +94,6 @@ class Pool:
         self.gate_on, self.gate_abs = b("gate_on"), i("gate_abs")
         self.rel_num, self.rel_den = i("rel_num"), i("rel_den")
         self.det, self.hash = b("det"), i("hash")
-        # The floor_over_busy mutant's floor: the minimum with idle servers read as the
-        # maximum (0 when every server is idle), defined by a witness like ``low``.
-        self.w_busy = i("w_busy")
-        self.busy_floor = self._busy(self.w_busy)
         self._k = z3.Int(f"{prefix}k")
         # The context band (R-BAND-1), only in ``band=True`` pools, so the margin's
         # formulas stay exactly as they were: T, cap, the context c and c = q*T + r with
@@ -103,9 +101,6 @@ class Pool:
         self.band = band
         self.band_on, self.tokens, self.cap = b("band_on"), i("tokens"), i("cap")
         self.ctx, self.quot, self.rem = i("ctx"), i("quot"), i("rem")
-
-    def _busy(self, k: Term) -> Term:
-        return z3.If(self.loads[k] > 0, self.loads[k], self.high)
 
     def forall(self, body: Any) -> Term:
         """``forall k in [0, n): body(k)``, triggered on ``loads[k]``."""
@@ -121,9 +116,7 @@ class Pool:
             in_pool(self.least, self.n), self.loads[self.least] == self.low,
             self.low >= 0,
             self.forall(lambda k: z3.And(self.loads[k] >= self.low,
-                                         self.loads[k] <= self.high,
-                                         self._busy(k) >= self.busy_floor)),
-            in_pool(self.w_busy, self.n),
+                                         self.loads[k] <= self.high)),
             self.margin >= 0, z3.Not(z3.And(self.margin_on, self.gate_on)),
             self.rel_den >= 1, self.rel_num >= self.rel_den,
             *([self.band_domain()] if self.band else []),
@@ -142,18 +135,62 @@ class Pool:
                 self.rem >= 0, self.rem < self.tokens)))
 
 
-def rank_defs(p: Pool, rank: Term, from_end: bool = False) -> Term:
-    """``rank(i)``: servers at the minimum before position ``i`` in pool order; with
-    ``from_end``, at positions ``>= i`` (the count taken from the last server)."""
+def rank_defs(p: Pool, rank: Term) -> Term:
+    """R-TIE-1: ``rank(i)`` counts the servers at the minimum before position ``i`` in
+    pool order."""
     k = z3.Int("rank_k")
     at_min = z3.If(p.loads[k] == p.low, 1, 0)
-    if from_end:
-        return z3.And(rank(p.n) == 0, z3.ForAll(
-            [k], z3.Implies(in_pool(k, p.n), rank(k) == rank(k + 1) + at_min),
-            patterns=[rank(k)]))
     return z3.And(rank(0) == 0, z3.ForAll(
         [k], z3.Implies(in_pool(k, p.n), rank(k + 1) == rank(k) + at_min),
         patterns=[rank(k + 1)]))
+
+
+def tie_at(p: Pool, q: Term, tie: Term, rank: Term) -> Term:
+    """R-TIE-1: position ``q`` is the ``tie``-th (0-based, pool order) server at the
+    minimum, for ``rank`` defined by :func:`rank_defs`."""
+    return z3.And(p.loads[q] == p.low, rank(q) == tie)
+
+
+def band_quotient(p: Pool) -> Term:
+    """R-BAND-1: ``c // T``, the quotient of the pool's split ``c = q*T + r``."""
+    return p.quot
+
+
+def capped_band(p: Pool, quotient: Term) -> Term:
+    """R-BAND-1/2: the band ``min(m + c // T, cap)``."""
+    wide = p.margin + quotient
+    return z3.If(wide < p.cap, wide, p.cap)
+
+
+def margin_only(p: Pool) -> Term:
+    """R-BAND-3: with ``T`` null the width is the margin; the context is not read."""
+    return p.margin
+
+
+def reuse_context(prompt: Term, hits: Term, lookups: Term, c: Term) -> Term:
+    """R-BAND-6: ``c`` is what an adapter sends for a ``prompt`` on a server whose kept
+    turns had ``hits`` of ``lookups`` prompt tokens cached, without a division operator:
+    ``c*Q <= P*H < (c+1)*Q`` pins ``c = (P*H) // Q`` for ``Q >= 1``; ``Q = 0`` sends P."""
+    scaled = z3.And(c * lookups <= prompt * hits, prompt * hits < (c + 1) * lookups)
+    return z3.If(lookups == 0, c == prompt, scaled)
+
+
+@attrs.frozen
+class PoolParts(Parts):
+    """:class:`~affinity_proofs.z3_model.Parts` plus the pieces of this module; the lemma
+    builders read them from here, :data:`SPEC_POOL_PARTS` holds the spec's."""
+
+    pool: Callable[..., Pool] = Pool  # the symbolic inputs every lemma builds
+    det_index: Callable[[Term, Term], Term] = det_index  # R-DET-2
+    quotient: Callable[[Pool], Term] = band_quotient  # R-BAND-1
+    band: Callable[[Pool, Term], Term] = capped_band  # R-BAND-1/2
+    unbanded: Callable[[Pool], Term] = margin_only  # R-BAND-3
+    rank_defs: Callable[[Pool, Term], Term] = rank_defs  # R-TIE-1
+    tie_at: Callable[[Pool, Term, Term, Term], Term] = tie_at  # R-TIE-1
+    reuse: Callable[[Term, Term, Term, Term], Term] = reuse_context  # R-BAND-6
+
+
+SPEC_POOL_PARTS = PoolParts()
 
 
 @attrs.frozen
@@ -164,61 +201,26 @@ class PoolDecision:
     pin_after: Term
 
 
-def band_width(p: Pool, rules: Rules = SPEC) -> Term:
+def band_width(p: Pool, parts: PoolParts = SPEC_POOL_PARTS) -> Term:
     """The skew a hit tolerates: ``min(m + c // T, cap)`` with the band on (R-BAND-1),
     else the margin ``m`` -- the context is not read (R-BAND-3)."""
-    m = p.margin
     if not p.band:
-        return m
-    quotient = {"floor": p.quot, "ceil": p.quot + z3.If(p.rem > 0, 1, 0),
-                "times": p.ctx * p.tokens, "mod": p.rem}[rules.band_div]
-    wide = (0 if rules.band_forgets_margin else m) + quotient
-    band = wide if rules.band_no_cap else z3.If(wide < p.cap, wide, p.cap)
-    off = m + p.ctx if rules.context_without_tokens else m
-    return z3.If(p.band_on, band, off)
+        return p.margin
+    return z3.If(p.band_on, parts.band(p, parts.quotient(p)), parts.unbanded(p))
 
 
-def keep_rule(p: Pool, rules: Rules = SPEC, margin: Term | None = None) -> Term:
-    """Whether a sticky hit keeps its pin (R-KEEP-1, R-GATE-1, R-DET-4, R-BAND-1/5)."""
-    m = band_width(p, rules) if margin is None else margin
-    low, high, own = p.low, p.high, p.own
-    floor = p.busy_floor if rules.floor_over_busy else low
-    bound = floor + m + rules.keep_slack
-    band = {"le": own <= bound, "lt": own < bound, "ge": own >= bound}[rules.keep_cmp]
-    margin_active = p.margin_on
-    if rules.margin_zero_off:
-        margin_active = z3.And(p.margin_on, m != 0)
-    if rules.margin_ignored:
-        margin_active = z3.BoolVal(False)
-    imbalanced = z3.And(p.gate_abs > 0, high - low > p.gate_abs,
-                        high * p.rel_den > low * p.rel_num)
-    gate_disabled = p.gate_abs > 0 if rules.gate_inverted else p.gate_abs <= 0
-    gate_keep = z3.Or(own == low, gate_disabled, z3.Not(imbalanced))
-    if rules.none_as_zero:
-        legacy = z3.And(z3.Not(p.margin_on), z3.Not(p.gate_on))
-        policy = z3.If(legacy, own <= low, z3.If(p.gate_on, gate_keep,
-                                                  z3.If(margin_active, band, True)))
-    else:
-        policy = z3.If(p.gate_on, gate_keep, z3.If(margin_active, band, True))
-    if rules.margin_under_det:
-        return policy
-    if p.band and rules.band_under_det:
-        return z3.If(p.band_on, policy, z3.Or(p.det, policy))
-    return z3.Or(p.det, policy)
+def keep_rule(p: Pool, parts: PoolParts = SPEC_POOL_PARTS, margin: Term | None = None) -> Term:
+    """Whether a sticky hit keeps its pin (R-KEEP-1, R-GATE-1, R-DET-4, R-BAND-1/5): the
+    margin's rule with the band's width."""
+    return z3_model.keep_rule(p, parts, band_width(p, parts) if margin is None else margin)
 
 
-def decide(p: Pool, rules: Rules = SPEC, det_mod: str = "floor",
+def decide(p: Pool, parts: PoolParts = SPEC_POOL_PARTS,
            placement: Term | None = None) -> PoolDecision:
     """The core's acquire decision for a keyed request (R-ACQ-1..7, R-BREAK-1)."""
     least = p.least if placement is None else placement
-    place = z3.If(p.det, det_index(p.hash, p.n, det_mod), least)
-    keep = keep_rule(p, rules)
-    kept = z3.And(p.hit, keep)
-    broken = z3.And(p.hit, z3.Not(keep))
-    repin = p.pin if rules.break_stays else least
-    choice = z3.If(kept, p.pin, z3.If(broken, repin, place))
-    pin_after = z3.If(z3.Or(kept, z3.And(broken, not rules.break_repins)), p.pin, choice)
-    return PoolDecision(choice, kept, broken, pin_after)
+    place = z3.If(p.det, parts.det_index(p.hash, p.n), least)
+    return PoolDecision(*z3_model.outcome(p, keep_rule(p, parts), least, place, parts))
 
 
 def post_loads(p: Pool, d: PoolDecision) -> Term:

@@ -5,9 +5,10 @@ Theory of operation
 A :class:`ParamLemma` builds ``hypotheses and not goal`` over the symbolic pool of
 :mod:`.z3_param` (``n`` unknown, loads an array, any integer hash). UNSAT proves the lemma
 for **all N >= 1**; a SAT model is a counterexample, read back as a concrete ``n`` and the
-loads at positions ``0 .. n-1``. A :class:`Variant` is the rules a formula is built with:
-the spec, or one encoded mutant (:func:`mutant`). :func:`run` checks the spec and each
-mutant with the *same* formula builder and solver settings; a mutant must be refuted (SAT).
+loads at positions ``0 .. n-1``. A :class:`Variant` is the pieces a formula is built with:
+the spec's (:data:`SPEC_VARIANT`), or one encoded mutant's (:mod:`.z3_mutants`). :func:`run`
+checks the spec and each mutant with the *same* formula builder and solver settings; a
+mutant must be refuted (SAT).
 
 The lemmas themselves live in :mod:`.z3_param_lemmas` (margin, gate, determinism, ties) and
 :mod:`.z3_band_lemmas` (the context band); :mod:`.z3_all_n` lists them together. Both import
@@ -23,10 +24,10 @@ from typing import Any
 import attrs
 import z3
 
-from .z3_model import SPEC, Rules
+from .z3_param import SPEC_POOL_PARTS, PoolParts
 
 __all__ = ["MUTANT_HINT_N", "SPEC_VARIANT", "Formula", "ParamLemma", "ParamResult", "Variant",
-           "mutant", "run"]
+           "run"]
 
 Term = Any
 Formula = tuple[Term, Term]  # (hypotheses, negated goal)
@@ -34,16 +35,10 @@ Formula = tuple[Term, Term]  # (hypotheses, negated goal)
 
 @attrs.frozen
 class Variant:
-    """The rules a formula is built with: the spec, or one encoded mutant."""
+    """The pieces a formula is built with: the spec's, or one encoded mutant's."""
 
     name: str = "spec"
-    rules: Rules = SPEC
-    det_mod: str = "floor"  # "floor" (Python %), "abs", "trunc"
-    rank: str = "spec"  # "spec", "from_end" (ties from the last server), "down", "double"
-    # How an adapter scales the prompt by observed reuse (SPEC R-BAND-6): "spec" is
-    # floor(prompt * hits / lookups); "plus_one" adds one token, "inverted" divides the
-    # other way (both mutants can send more than the prompt).
-    reuse: str = "spec"
+    parts: PoolParts = SPEC_POOL_PARTS
     # A search hint for mutants: ``n <= hint_n`` is added to the formula (Z3's model finder
     # with quantifiers is otherwise erratic, and small counterexamples read better). A model
     # of the restricted formula is a model of the formula, so a refutation is just as
@@ -75,16 +70,6 @@ class ParamResult:
 
 SPEC_VARIANT = Variant()
 MUTANT_HINT_N = 8
-
-
-def mutant(name: str, **kw: Any) -> Variant:
-    """An encoded mutant: ``Rules`` fields, or ``det_mod`` / ``rank`` / ``reuse`` /
-    ``hint_n``, set away from the spec."""
-    extra = ("det_mod", "rank", "hint_n", "reuse")
-    rules = {k: v for k, v in kw.items() if k not in extra}
-    rest = {k: v for k, v in kw.items() if k in extra}
-    rest.setdefault("hint_n", MUTANT_HINT_N)
-    return Variant(name, Rules(**rules), **rest)
 
 
 def _model(model: Any) -> dict[str, Any]:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from affinity_proofs.z3_bmc import shortest_trace
 from affinity_proofs.z3_lemmas import LEMMAS, Lemma, run_lemma
-from affinity_proofs.z3_model import Rules
+from affinity_proofs.z3_mutants import by_name
 
 
 @pytest.mark.parametrize("lemma", LEMMAS, ids=lambda x: x.name)
@@ -33,7 +33,7 @@ def test_per_decision_skew_has_no_bmc_trace_but_the_off_by_one_rule_does() -> No
     """R-SKEW-1 with adversarial releases, bounded: none for the margin, one for m + 1."""
     assert not shortest_trace(3, 2, 6, margin=1, bad="decision_skew", bound=1).found
     broken = shortest_trace(3, 2, 6, margin=1, bad="decision_skew", bound=1,
-                            rules=Rules(keep_slack=1))
+                            parts=by_name("keep_band_plus_one").parts)
     assert broken.found and broken.steps[-1].op == "acquire"
 
 
