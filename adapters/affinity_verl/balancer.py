@@ -154,6 +154,7 @@ class AffinityLoadBalancer:
                 configured=list(handles), required=parsed.decision_log_required)
         # The hot path: the driver's bound methods, looked up once.
         self._acquire = driver.acquire
+        self._acquire_keyed = driver.acquire_keyed
         self._release = driver.release
 
     # ------------------------------------------------------- RequestLoadBalancer
@@ -166,9 +167,13 @@ class AffinityLoadBalancer:
         balancer") when the pool is empty, ``TypeError`` for ``prompt_ids`` that is not a
         sequence (nothing changes).
         """
-        context = _prompt_length(request_id, extra.get("prompt_ids")) if self._band else None
+        outcome: Outcome
         try:
-            outcome = self._acquire(request_id, context)
+            if self._band:
+                outcome = self._acquire(request_id,
+                                        _prompt_length(request_id, extra.get("prompt_ids")))
+            else:
+                outcome = self._acquire_keyed(request_id)
         except DecisionLogUnavailable as exc:
             raise RuntimeError(f"{exc}; decision_log_required refuses to route "
                                "without it") from None
