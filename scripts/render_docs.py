@@ -10,8 +10,9 @@ re-recorded. So the docs hold no such number: each one sits in a marked region,
 and this script replaces the region's content with what :data:`RENDERERS` ``[NAME]``
 computes from a committed data file: the ``affinity verify --json`` report
 (``proofs/verify-default.json``), the vectors' ``MANIFEST.json``, the benchmark record
-(``benchmarks/bench_core.json``), the simulator's run records (``sim/*.json``) and the
-audit catalogue (``tools/mutation_audit``). A region whose rendering is one line stays
+(``benchmarks/bench_core.json``), the simulator's run records (``sim/*.json``, and the
+registered prediction they are checked against, ``sim/studies/verl-routing-prediction.toml``)
+and the audit catalogue (``tools/mutation_audit``). A region whose rendering is one line stays
 inline; a multi-line one (a table) sits on its own lines between the markers. Files in
 :data:`GENERATED` are written whole (``docs/requirement-ids.md`` from ``spec/SPEC.md``).
 
@@ -45,7 +46,8 @@ __all__ = ["GENERATED", "RENDERED", "RENDERERS", "RenderError", "check", "main",
 # The files whose regions are rendered (every file that has a region must be listed, so
 # the check cannot miss one).
 RENDERED = ("README.md", "proofs/README.md", "sim/README.md", "sim/studies/README.md",
-            "benchmarks/README.md", "docs/conformance.md", "spec/vectors/README.md")
+            "benchmarks/README.md", "docs/conformance.md", "docs/verl-routing.md",
+            "spec/vectors/README.md")
 REGION = re.compile(r"<!-- render:([\w.-]+) -->(.*?)<!-- /render -->", re.S)
 
 
@@ -348,6 +350,50 @@ def _band(table: str, name: str, policy: str = "band-m1-T8192-cap4") -> Callable
     return render
 
 
+@cache
+def _verl_routing() -> tuple[dict[str, Any], list[Any]]:
+    """The records behind docs/verl-routing.md's simulated column, and the registered claims."""
+    from affinity_sim import verl_routing
+    records = {
+        "calibrated": _sim("verl-routing"),
+        "pr-scale": verl_routing.pr_scale_record(_sim("verl-routing-prscale"),
+                                                 _sim("context-band-prscale")),
+        "context-band": _sim("context-band"),  # the same workloads with random ties
+    }
+    text = (ROOT / "sim" / "studies" / "verl-routing-prediction.toml").read_text(encoding="utf-8")
+    return records, verl_routing.load_claims(text)
+
+
+def verl_routing_column(row: str) -> str:
+    from affinity_sim import verl_routing
+    records, claims = _verl_routing()
+    if row == "main":
+        return verl_routing.baseline_cell(records)
+    return verl_routing.column(records, row, claims)
+
+
+def verl_routing_runs() -> str:
+    """What the two runs behind docs/verl-routing.md's column were: steps, seeds, time."""
+    parts = []
+    for name, what in (("verl-routing", "context-band.toml's workloads"),
+                       ("verl-routing-prscale", "PR #7435's scale")):
+        record = _sim(name)
+        seeds = record["seeds"]
+        workloads = sorted({r["workload"] for r in record["results"]})
+        policies = list(dict.fromkeys(r["policy"] for r in record["results"]))
+        parts.append(f"{what}: {len(record['results']):,} steps ({len(workloads)} workloads x "
+                     f"{len(policies)} policies x seeds {min(seeds)}–{max(seeds)}), "
+                     f"{record['elapsed_s']:.0f} s wall on {record['backend']} "
+                     f"(`sim/{name}.json`)")
+    return "Runs: " + "; ".join(parts) + "."
+
+
+def verl_routing_prediction() -> str:
+    from affinity_sim import verl_routing
+    records, claims = _verl_routing()
+    return verl_routing.prediction_table(records, claims)
+
+
 def package_lines() -> str:
     """The sizes of the reference and the engine, counted from the source tree."""
     def lines(package: str) -> int:
@@ -387,6 +433,8 @@ RENDERERS: dict[str, Callable[[], str]] = {
     "sim.band-reuse.head-to-head": _band("head-to-head", "context-band-reuse",
                                          "band-m1-T8192-cap4-reuse"),
     "sim.band-reuse.regret": _band("regret", "context-band-reuse"),
+    "verl-routing.prediction": verl_routing_prediction,
+    "verl-routing.runs": verl_routing_runs,
 }
 
 
@@ -398,7 +446,8 @@ def vectors_suite(suite: str) -> str:
 
 
 # Renderers that take the rest of the region's name as their argument.
-PREFIX_RENDERERS: dict[str, Callable[[str], str]] = {"vectors.suite.": vectors_suite}
+PREFIX_RENDERERS: dict[str, Callable[[str], str]] = {"vectors.suite.": vectors_suite,
+                                                    "verl-routing.column.": verl_routing_column}
 
 
 def _renderer(name: str, where: str) -> Callable[[], str]:

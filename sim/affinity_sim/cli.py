@@ -96,7 +96,8 @@ def register(parser: argparse.ArgumentParser) -> None:
                              "pr7435-scale-replication)")
     parser.add_argument(
         "--policies", type=_csv, default=None, metavar="P1,P2,...",
-        help="comma-separated policies: legacy, margin-N, dual-ABS[-REL], "
+        help="comma-separated policies: legacy, legacy-first|draw|hashed (margin null "
+             "with that tie rule, whatever the workload's), margin-N, dual-ABS[-REL], "
              "band-mM-TT-capC (the context band; -reuse: fed observed reuse), least-loaded "
              f"(default: the preset's, normally {','.join(DEFAULT_POLICIES)}); legacy is "
              "always added as the baseline")

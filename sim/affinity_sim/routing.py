@@ -23,6 +23,9 @@ simulator's calls into core events exactly as it does for verl and the vLLM rout
 Built-in policy names (:func:`parse_policy`):
 
 * ``legacy`` (alias ``null``): margin null, verl's behaviour -- the paired baseline;
+* ``legacy-first``, ``legacy-draw``, ``legacy-hashed``: margin null with that tie rule
+  whatever the workload's (``legacy-draw`` on a ``first`` workload is PR #7613's random
+  ties against Aug-2026 main's first-in-order ties, on the same trajectories);
 * ``margin-N``: PR #7435, ``affinity_break_margin=N``;
 * ``dual-ABS`` or ``dual-ABS-REL``: PR #6533's gate, ``DualThreshold(ABS, REL)``, REL
   defaulting to 3/2;
@@ -76,7 +79,8 @@ DEFAULT_POLICIES = (
     "legacy", "margin-0", "margin-1", "margin-2", "margin-4", "margin-8",
     "dual-4", "dual-8", "dual-64", "least-loaded",
 )
-_NAME_FORMS = ("legacy, null, margin-N, dual-ABS, dual-ABS-REL, band-mM-TT-capC, "
+_NAME_FORMS = ("legacy, null, legacy-first, legacy-draw, legacy-hashed, margin-N, dual-ABS, "
+               "dual-ABS-REL, band-mM-TT-capC, "
                "band-mM-TT-capC-reuse, least-loaded, or a table")
 CONTEXT_SOURCES = ("prompt", "reuse")
 _TABLE_KEYS = {"name", "affinity_break_margin", "balance_abs_threshold",
@@ -138,6 +142,9 @@ def _from_name(name: str) -> PolicySpec:
         return PolicySpec(name=name)
     if name == "least-loaded":
         return PolicySpec(name=name, sticky=False)
+    match = re.fullmatch(r"legacy-(first|draw|hashed)", name)
+    if match:
+        return PolicySpec(name=name, tie_break=match.group(1))
     match = re.fullmatch(r"margin-(\d+)", name)
     if match:
         return PolicySpec(name=name, affinity_break_margin=int(match.group(1)))

@@ -75,3 +75,16 @@ def test_every_vector_suite_has_a_rendered_row() -> None:
     assert all(a == b for a, b in rows)
     manifest = render_docs._json("spec/vectors/MANIFEST.json")
     assert sorted(a for a, _ in rows) == sorted(manifest["suites"])
+
+
+def test_the_referees_simulated_column_equals_its_records() -> None:
+    # checked on its own, so another file's staleness cannot hide it
+    rel = "docs/verl-routing.md"
+    text = (ROOT / rel).read_text(encoding="utf-8")
+    assert render_docs.render_text(text, rel) == text
+    assert "not yet simulated" not in text
+    # negative control: a number edited by hand in a cell is rewritten from the records
+    cell = re.search(r"(<!-- render:verl-routing\.column\.7613 -->)(.*?)(<!-- /render -->)", text)
+    assert cell, "docs/verl-routing.md no longer renders #7613's cell"
+    edited = text.replace(cell.group(0), cell.group(1) + "-9.9% [-9.9, -9.9]" + cell.group(3))
+    assert render_docs.render_text(edited, rel) == text

@@ -44,8 +44,30 @@ def test_policy_names_map_to_core_configs() -> None:
     assert table.config().tie_break is TieBreak.HASHED
 
 
+def test_legacy_with_a_tie_rule_overrides_the_workloads() -> None:
+    # legacy-draw on a first-ties workload is PR #7613 against Aug-2026 main
+    assert parse_policy("legacy-draw").config("first") == Config(tie_break="draw")
+    assert parse_policy("legacy-first").config("draw") == Config(tie_break="first")
+    assert parse_policy("legacy-hashed").config("first").tie_break is TieBreak.HASHED
+    # negative control: plain legacy follows the workload
+    assert parse_policy("legacy").config("first") == Config(tie_break="first")
+
+
+def test_legacy_draw_places_differently_from_first_ties() -> None:
+    # on a first-ties workload the draw must reach the core, or #7613's row measures nothing
+    servers = ["replica-0", "replica-1", "replica-2"]
+
+    def first_pick(policy: str, seed: int) -> str:
+        config = parse_policy(policy).config("first")
+        return Balancer(config, servers, True, random.Random(seed)).acquire("a")
+
+    assert {first_pick("legacy", seed) for seed in range(20)} == {"replica-0"}
+    assert {first_pick("legacy-draw", seed) for seed in range(20)} == set(servers)
+
+
 @pytest.mark.parametrize(("spec", "fragment"), [
     ("margin-x", "unknown policy 'margin-x'"),
+    ("legacy-random", "unknown policy 'legacy-random'"),
     ({"name": "bad", "affinity_break_margin": -1}, "affinity_break_margin must be"),
     ({"name": "bad", "colour": 1}, "unknown keys ['colour']"),
     ({"affinity_break_margin": 1}, "needs a non-empty string 'name'"),
