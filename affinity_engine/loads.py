@@ -178,9 +178,14 @@ class LoadTable(Value):
 
     def items(self) -> tuple[tuple[str, int], ...]:
         """``(server_id, load)`` pairs in pool order."""
+        tree = self.tree
+        if tree is None:
+            return ()
+        if not self.depth:  # up to 32 servers: the root is the one leaf, its loads in order
+            flat: tuple[int, ...] = tree[3]
+            return tuple(zip(self.servers, flat, strict=True))
         out: list[int] = []
-        if self.tree is not None:
-            _collect(self.tree, self.depth, out)
+        _collect(tree, self.depth, out)
         return tuple(zip(self.servers, out, strict=True))
 
     # ------------------------------------------------------------------ queries
@@ -265,9 +270,14 @@ class LoadTable(Value):
 
     def least_loaded_all(self) -> tuple[str, ...]:
         """Every server at the minimum load, in pool order (for ``allowed``)."""
-        if self.tree is None:
+        tree = self.tree
+        if tree is None:
             return ()
-        return tuple(self.least_loaded(k) for k in range(self.tie_count))
+        # One pass over the loads: asking least_loaded for each of k ties costs O(k * n).
+        low: int = tree[0]
+        loads: list[int] = []
+        _collect(tree, self.depth, loads)
+        return tuple([s for s, n in zip(self.servers, loads, strict=True) if n == low])
 
     # ---------------------------------------------------------------- updating
     def add_load(self, server_id: str, delta: int) -> LoadTable:

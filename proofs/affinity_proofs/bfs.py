@@ -42,6 +42,7 @@ of the unreduced state space must equal the reduced count.
 
 from __future__ import annotations
 
+import gc
 import itertools
 import time
 import traceback
@@ -285,6 +286,44 @@ def explore(
     parents: dict[Any, tuple[Any, Event, Hashable] | None] = {root_key: None}
     queue: deque[tuple[Any, State, Hashable]] = deque([(root_key, root, root_env)])
     orbits: set[Any] = {canonical(root, root_env)} if count_orbits else set()
+    # The active checks that can see an event of each type, in declaration order.
+    by_type: dict[type[Any], tuple[Check, ...]] = {}
+
+    def checks_seeing(event: Event) -> tuple[Check, ...]:
+        kind = type(event)
+        seen = by_type.get(kind)
+        if seen is None:
+            seen = by_type[kind] = tuple(c for c in active if c.events is None
+                                         or issubclass(kind, c.events))
+        return seen
+
+    # The search keeps every stored state alive until it ends and leaves no cyclic
+    # garbage (a collection after a run finds none), so the cyclic collector would only
+    # rescan the growing heap, over and over: it is paused for the search.
+    collecting = gc.isenabled()
+    gc.disable()
+    try:
+        violations, edges, truncated = _search(
+            config, env, active, checks_seeing, queue, parents, orbits, canonical, key_of,
+            load_cap=load_cap, lease_cap=lease_cap, stop_on_first=stop_on_first,
+            max_states=max_states, count_orbits=count_orbits,
+            control_raises_by_design=control_raises_by_design)
+    finally:
+        if collecting:
+            gc.enable()
+    return BfsResult(config, len(parents), edges, time.perf_counter() - start,
+                     tuple(violations), truncated, len(orbits) if count_orbits else None)
+
+
+def _search(config: Config, env: Environment, active: Sequence[Check],
+            checks_seeing: Callable[[Event], tuple[Check, ...]],
+            queue: deque[tuple[Any, State, Hashable]],
+            parents: dict[Any, tuple[Any, Event, Hashable] | None], orbits: set[Any],
+            canonical: Callable[[State, Hashable], Any],
+            key_of: Callable[[State, Hashable], Any], *, load_cap: int, lease_cap: int,
+            stop_on_first: bool, max_states: int, count_orbits: bool,
+            control_raises_by_design: bool) -> tuple[list[Violation], int, bool]:
+    """The breadth-first loop of :func:`explore`: (violations, edges, truncated)."""
     violations: list[Violation] = []
     failed: set[str] = set()
     edges = 0
@@ -340,9 +379,8 @@ def explore(
                 post = normalize(post)
                 post_key = key_of(post, post_env)
             fresh = post_key is None or post_key not in parents
-            for check in active:
-                if check.name in failed or (check.per_state and not fresh) or (
-                        check.events is not None and not isinstance(event, check.events)):
+            for check in checks_seeing(event):
+                if (check.per_state and not fresh) or (failed and check.name in failed):
                     continue
                 try:
                     message = check.violation(edge)
@@ -366,5 +404,4 @@ def explore(
             queue.append((post_key, post, post_env))
             if count_orbits:
                 orbits.add(canonical(post, post_env))
-    return BfsResult(config, len(parents), edges, time.perf_counter() - start,
-                     tuple(violations), truncated, len(orbits) if count_orbits else None)
+    return violations, edges, truncated

@@ -27,10 +27,11 @@ from __future__ import annotations
 
 import functools
 import itertools
+from typing import Any
 
 import attrs
 
-from affinity_engine import Acquire, Acquired, Config, Path, classify, step
+from affinity_engine import Acquire, Acquired, Config, Path, State, classify, step
 from affinity_engine.machine import Lookup
 from affinity_engine.values import evolve
 
@@ -100,16 +101,31 @@ def _probe_contexts(c: Config) -> tuple[int, ...]:
                          HUGE_CONTEXT}))
 
 
+# (configuration, pre-state, request id, verdict) of the last acquire checked
+_LAST_MONOTONE: list[Any] = [None, None, None, None]
+
+
 def _band_monotone(edge: Edge) -> str | None:
     pinned = _hit(edge)
     if pinned is None:
         return None
     c, pre, ev = edge.config, edge.pre, edge.event
     assert isinstance(ev, Acquire) and ev.request_id is not None
+    # The probe reads neither the acquire's own context nor its tie draw: the acquires of
+    # one pre-state and request id (one per context and draw) come one after another and
+    # share the verdict.
+    last = _LAST_MONOTONE
+    if last[0] is not c or last[1] is not pre or last[2] != ev.request_id:
+        last[:] = [c, pre, ev.request_id, _band_monotone_verdict(c, pre, ev.request_id)]
+    verdict: str | None = last[3]
+    return verdict
+
+
+def _band_monotone_verdict(c: Config, pre: State, request_id: str) -> str | None:
     t = c.affinity_break_tokens
     assert t is not None
     contexts = _probe_contexts(c)
-    kept = {(t2, x): classify(_with_tokens(c, t2), pre, ev.request_id, x)[0]
+    kept = {(t2, x): classify(_with_tokens(c, t2), pre, request_id, x)[0]
             is Lookup.HIT_KEEP for t2 in range(1, t + 1) for x in contexts}
     for t2 in range(1, t + 1):
         for lo, hi in itertools.pairwise(contexts):

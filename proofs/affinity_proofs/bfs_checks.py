@@ -148,14 +148,33 @@ def _alternatives(c: Config, pre: State, rid: str | None) -> list[tuple[str, Con
         table = LoadTable.build((s, n) for (s, _), n in zip(items, loads, strict=True))
         out.append((label, c, evolve(pre, pool=table)))
     for margin in (None, 0, 5):  # margin only: the context band (if any) dropped
-        out.append((f"margin {margin}", attrs.evolve(
-            c, affinity_break_margin=margin, dual_threshold=None, affinity_break_tokens=None,
-            affinity_break_band_cap=None), pre))
+        out.append((f"margin {margin}", _margin_only(c, margin), pre))
     out.append(("no other sticky entries", c, evolve(pre, lru=only_entry)))
     if c.hash_mode is HashMode.STABLE:
         reordered = LoadTable.build(tuple(reversed(items)))
         out.append(("reversed pool order", c, evolve(pre, pool=reordered)))
     return out
+
+
+@functools.lru_cache(maxsize=256)
+def _margin_only(c: Config, margin: int | None) -> Config:
+    return attrs.evolve(c, affinity_break_margin=margin, dual_threshold=None,
+                        affinity_break_tokens=None, affinity_break_band_cap=None)
+
+
+# (configuration, pre-state, request id, alternatives) of the last acquire checked
+_LAST_ALTERNATIVES: list[Any] = [None, None, None, None]
+
+
+def _alternatives_of(c: Config, pre: State, rid: str | None
+                     ) -> list[tuple[str, Config, State]]:
+    """:func:`_alternatives`, shared by the acquires of one pre-state and request id
+    (they differ in hash, draw or context, which the alternatives do not read)."""
+    last = _LAST_ALTERNATIVES
+    if last[0] is not c or last[1] is not pre or last[2] != rid:
+        last[:] = [c, pre, rid, _alternatives(c, pre, rid)]
+    alternatives: list[tuple[str, Config, State]] = last[3]
+    return alternatives
 
 
 def _determinism(edge: Edge) -> str | None:
@@ -169,7 +188,7 @@ def _determinism(edge: Edge) -> str | None:
     # R-BAND-5: the context is ignored too (with or without the band configured)
     other = evolve(ev, context_tokens=10**9 if ev.context_tokens is None else None)
     for label, alt_config, alt_state, alt_event in (
-            *((*a, ev) for a in _alternatives(c, pre, ev.request_id)),
+            *((*a, ev) for a in _alternatives_of(c, pre, ev.request_id)),
             (f"context_tokens={other.context_tokens}", c, pre, other)):
         alt = step(alt_config, alt_state, alt_event).outcome
         alt_decision = alt.server_id if isinstance(alt, Acquired) else None
@@ -214,10 +233,26 @@ def _margins(c: Config, top: int) -> list[int | None]:
     return [*range(top), None]
 
 
+# (configuration, pre-state, request id, context, verdict) of the last acquire checked
+_LAST_MONOTONE: list[Any] = [None, None, None, None, None]
+
+
 def _monotone(edge: Edge) -> str | None:
     c, pre, ev = edge.config, edge.pre, edge.event
     if not isinstance(ev, Acquire) or ev.request_id is None:
         return None
+    # The verdict reads only these inputs: the acquires of one pre-state that differ only
+    # in their tie draw come one after another and share it.
+    last = _LAST_MONOTONE
+    if last[0] is not c or last[1] is not pre or last[2] != ev.request_id \
+            or last[3] != ev.context_tokens:
+        last[:] = [c, pre, ev.request_id, ev.context_tokens, _monotone_verdict(c, pre, ev)]
+    verdict: str | None = last[4]
+    return verdict
+
+
+def _monotone_verdict(c: Config, pre: State, ev: Acquire) -> str | None:
+    assert ev.request_id is not None
     pinned = pre.lru.peek(ev.request_id)
     if pinned is None or pinned not in pre.pool:
         return None
@@ -341,9 +376,12 @@ def _refines(edge: Edge) -> str | None:
     reference = reference_step(edge.config, _LAST_PRE[1], edge.event)
     if reference.outcome != edge.transition.outcome:
         return f"engine {edge.transition.outcome!r}, reference {reference.outcome!r}"
-    if to_reference(edge.transition.state) != reference.state:
-        return (f"engine successor {to_reference(edge.transition.state)!r}, reference "
-                f"{reference.state!r}")
+    post = edge.transition.state
+    # A step that changes nothing may return its pre-state itself: the same object, so
+    # the same abstraction (to_reference is a pure function of the state).
+    after = _LAST_PRE[1] if post is edge.pre else to_reference(post)
+    if after != reference.state:
+        return f"engine successor {after!r}, reference {reference.state!r}"
     return None
 
 
