@@ -141,6 +141,7 @@ METHOD_MODULES: dict[str, str] = {
     "event edge-value table": "input_table",
     "encoding round trip": "input_table",
     "derived configuration flags": "input_table",
+    "unread acquire inputs": "input_table",
     "configuration defaults": "input_table",
 }
 

@@ -1,6 +1,6 @@
 """The three scopes of ``affinity verify``: small (tests), default (CI), deep.
 
-Durations (wall clock, 2 workers on a quiet 2-core machine): default about 60 s (the
+Durations (wall clock, 2 workers on a quiet 2-core machine): default about 85 s (the
 recorded run, ``proofs/verify-default.json``), small less, deep 10-12 minutes.
 
 Theory of operation
