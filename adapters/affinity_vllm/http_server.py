@@ -30,6 +30,12 @@ from .limits import BodyBudget
 __all__ = ["HttpServer"]
 
 
+# At a drain, a connection idle since before it is closed only after this many seconds:
+# a keep-alive client between two requests sends its next one within that time, gets it
+# answered with ``Connection: close``, and never writes into a connection being closed.
+IDLE_CLOSE_AFTER_DRAIN = 0.25
+
+
 class HttpServer:
     """Listens and dispatches requests to ``handler``; counts what it refuses."""
 
@@ -42,6 +48,7 @@ class HttpServer:
         self.limits = limits
         self.body_budget = BodyBudget(limits.body_memory_budget)
         self.draining = False  # shutting down: every response closes its connection
+        self._idle_closer: asyncio.TimerHandle | None = None
         self._router_error = router_error
         self.loop = asyncio.get_event_loop()
         self.connections: set[ClientConnection] = set()
@@ -80,12 +87,17 @@ class HttpServer:
 
     def drain(self) -> None:
         """Stop accepting; from now on every response says ``Connection: close`` and
-        closes its connection after it; connections with nothing in progress close now."""
+        closes its connection after it; connections with nothing in progress close after
+        :data:`IDLE_CLOSE_AFTER_DRAIN` seconds (closing them at once would reset a client
+        whose next request is already on its way)."""
         self.draining = True
         self.stop_listening()
-        self.close_idle()
+        self._idle_closer = self.loop.call_later(IDLE_CLOSE_AFTER_DRAIN, self.close_idle)
 
     def abort_all(self) -> None:
+        if self._idle_closer is not None:
+            self._idle_closer.cancel()
+            self._idle_closer = None
         if self._sweeper is not None:
             self._sweeper.cancel()
             self._sweeper = None

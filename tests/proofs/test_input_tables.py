@@ -40,7 +40,7 @@ def test_the_rows_pass_and_name_their_requirements() -> None:
     rows = input_rows()
     assert [r.method for r in rows] == ["event edge-value table", "encoding round trip",
                                         "derived configuration flags",
-                                        "configuration defaults"]
+                                        "unread acquire inputs", "configuration defaults"]
     assert all(r.passed and r.obligation == 19 for r in rows)
     assert {"R-EV-2", "R-CODEC-1", "R-BAND-5"} <= {i for r in rows for i in r.requirements}
 
