@@ -257,7 +257,7 @@ class RoutingDriver:
 
     def acquire_keyed(self, request_id: str) -> Outcome:
         """:meth:`acquire` of a keyed request without a context: the hot path of verl's
-        balancer and the router (an ``Acquired`` or a ``Rejected``; typed wide, because
+        balancer (an ``Acquired`` or a ``Rejected``; typed wide, because
         narrowing with ``cast`` is a call per request)."""
         if self._plain_acquire:
             transition = step(self.config, self.state, acquire_event(request_id))
