@@ -1,7 +1,8 @@
 """The three scopes of ``affinity verify``: small (tests), default (CI), deep.
 
-Durations (wall clock, 2 workers on a quiet 2-core machine): default about 85 s (the
-recorded run, ``proofs/verify-default.json``), small less, deep 10-12 minutes.
+Durations (wall clock, 2 workers on a quiet 2-core machine): default 85-105 s (the
+recorded run is ``proofs/verify-default.json``; a fresh clone, compiling its sources,
+is at the top), small less, deep 10-12 minutes.
 
 Theory of operation
 -------------------
