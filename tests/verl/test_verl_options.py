@@ -143,7 +143,6 @@ def test_validate_router_config_preflight(tmp_path: Path) -> None:
         validate_router_config(tmp_path / "missing.yaml")
 
 
-
 def test_validate_router_config_names_the_file_and_line_of_bad_yaml(tmp_path: Path) -> None:
     """yaml's own ParserError (a multi-line excerpt, not an OptionError) became one line."""
     bad = tmp_path / "router.yaml"
