@@ -114,6 +114,7 @@ class BackendHealth:
     up_since: float = 0.0
     probe_failures: int = 0  # the current run of failed health checks
     probe_passes: int = 0  # the current run of passed health checks
+    ever_passed: bool = False  # a health check has passed since the router started
 
     def backoff(self) -> float:
         return float(min(self.policy.ejection_max,
@@ -154,6 +155,13 @@ class BackendHealth:
         """Its health checks have failed ``failure_threshold`` times in a row."""
         return self.probe_failures >= self.policy.failure_threshold
 
+    def healthy(self) -> bool:
+        """It counts toward the router's ``/health``: a check has passed, and the checks
+        have not failed ``failure_threshold`` times in a row since. Before its first
+        pass a backend is unproven, not healthy: a router started beside backends that
+        are still starting must not say ok while every one of them refuses."""
+        return self.ever_passed and not self.failing()
+
     def probe(self, passed: bool, now: float, others_routable: bool = True) -> PoolChange:
         if not passed:
             self.probe_passes = 0
@@ -163,6 +171,7 @@ class BackendHealth:
             return self.apply(Signal.PROBE_FAIL, now)
         self.probe_failures = 0
         self.probe_passes += 1
+        self.ever_passed = True
         if self.state is not Health.UP and self.probe_passes < self.policy.success_threshold:
             return PoolChange.NONE
         return self.apply(Signal.RETURN if now >= self.out_until else Signal.PROBE_PASS, now)

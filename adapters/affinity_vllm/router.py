@@ -442,9 +442,10 @@ class Router:
 
     async def _health(self, request: IncomingRequest) -> int:
         # ok only once a health round has completed, and only while an active backend
-        # is passing its checks (the last one stays routable even when it fails them).
+        # has passed its checks and not failed them since (the last one stays routable
+        # even when it fails them).
         active = self.table.active
-        healthy = sum(1 for sid in active if not self.health[sid].failing())
+        healthy = sum(1 for sid in active if self.health[sid].healthy())
         state = ("starting" if not self.monitor.health_rounds
                  else "ok" if healthy else "no_backends")
         body = {"status": state, "active_backends": len(active), "healthy_backends": healthy}

@@ -385,6 +385,34 @@ def test_health_is_not_ok_before_the_first_round() -> None:
     run(scenario())
 
 
+def test_health_is_not_ok_while_no_backend_has_passed_a_check() -> None:
+    """A router started beside backends that still refuse (they are starting) completes
+    its first round with every check failed, below the removal threshold: it says
+    ``no_backends``, not ok, until a backend passes."""
+    async def scenario() -> None:
+        async with fleet(1, health_timeout=0.5) as f:
+            await f.stubs[0].set_fault("refuse")
+            router = Router(RouterOptions(backends=(f.stubs[0].url,), port=0,
+                                          health_interval=60.0, health_timeout=0.5))
+            await router.start()
+            try:
+                assert router.port is not None
+                for _ in range(2):  # below the failure threshold: still in the pool
+                    status, body = status_and_json(await raw_exchange(
+                        router.port, b"GET /health HTTP/1.1\r\nHost: r\r\n\r\n"))
+                    assert (status, body["status"], body["active_backends"]) == (
+                        503, "no_backends", 1)
+                    await router.monitor.check_health()
+                await f.stubs[0].set_fault("none")
+                await router.monitor.check_health()
+                status, body = status_and_json(await raw_exchange(
+                    router.port, b"GET /health HTTP/1.1\r\nHost: r\r\n\r\n"))
+                assert (status, body["status"], body["healthy_backends"]) == (200, "ok", 1)
+            finally:
+                await router.stop()
+    run(scenario())
+
+
 # ------------------------------------------------------------------ drain
 def test_sigterm_drain_tells_keep_alive_clients_to_go_and_resets_none() -> None:
     async def client(port: int, results: list[str]) -> None:
