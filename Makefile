@@ -1,7 +1,9 @@
-# The inner loop (docs/inner-loop.md). `make check` runs in under two minutes on a loaded
-# two-core machine: lint, types, the core, the proofs at small scope and the conformance
-# tier. The slow and environment tiers (ray, vllm, peers, compiled) are left to
-# scripts/test.sh and CI. VENV defaults to the checkout's .venv (scripts/test.sh makes it).
+# The inner loop (docs/inner-loop.md; its timing is recorded by scripts/time_inner_loop.py):
+# lint, types, then the core and conformance tests side by side with the proofs at small
+# scope -- the tests are one pytest process and the proofs use two workers, so on a
+# two-core machine running them together finishes well before running them in turn. The
+# slow and environment tiers (ray, vllm, peers, compiled) are left to scripts/test.sh and
+# CI. VENV defaults to the checkout's .venv (scripts/test.sh makes it).
 VENV ?= .venv
 PY ?= $(VENV)/bin/python
 MYPY_DIRS = affinity_core affinity_engine affinity_runtime affinity_cli affinity_conformance adapters proofs sim tests benchmarks
@@ -10,7 +12,9 @@ PYTEST = $(PY) -m pytest -q -p no:cacheprovider
 
 .PHONY: check lint typecheck test-fast proofs-small
 
-check: lint typecheck test-fast proofs-small
+# --output-sync=target: each step's output is printed whole when the step ends.
+check: lint typecheck
+	$(MAKE) --no-print-directory -j2 --output-sync=target test-fast proofs-small
 
 lint:
 	$(PY) -m ruff check .

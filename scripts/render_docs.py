@@ -46,8 +46,8 @@ __all__ = ["GENERATED", "RENDERED", "RENDERERS", "RenderError", "check", "main",
 # The files whose regions are rendered (every file that has a region must be listed, so
 # the check cannot miss one).
 RENDERED = ("README.md", "proofs/README.md", "sim/README.md", "sim/studies/README.md",
-            "benchmarks/README.md", "docs/conformance.md", "docs/verl-routing.md",
-            "spec/vectors/README.md")
+            "benchmarks/README.md", "docs/conformance.md", "docs/inner-loop.md",
+            "docs/verl-routing.md", "spec/vectors/README.md")
 REGION = re.compile(r"<!-- render:([\w.-]+) -->(.*?)<!-- /render -->", re.S)
 
 
@@ -405,8 +405,19 @@ def package_lines() -> str:
             f"`affinity_engine` {lines('affinity_engine'):,} lines")
 
 
+def inner_loop_timing() -> str:
+    """``make check``'s recorded timing (scripts/time_inner_loop.py)."""
+    record = _json("docs/inner-loop.json")["make_check"]
+    steps = "; ".join(f"{s['step']} {s['seconds']:.0f} s" for s in record["steps"])
+    return (f"{record['seconds']:.0f} s wall on {record['cpus']} CPUs ({steps}; load average "
+            f"{record['steps'][0]['load_average_before']:.2f} before, "
+            f"{record['load_average_after']:.2f} after; Python {record['python']}; "
+            f"`docs/inner-loop.json`)")
+
+
 RENDERERS: dict[str, Callable[[], str]] = {
     "packages.lines": package_lines,
+    "inner-loop.timing": inner_loop_timing,
     "verify.obligations": verify_obligation_count,
     "verify.summary": verify_summary,
     "verify.config-cases": verify_config_cases,

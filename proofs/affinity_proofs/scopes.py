@@ -101,14 +101,18 @@ def _cfg(**kw: object) -> Config:
 def _runs(big: Universe, wide: Universe, cap: int, cache: int, lease: Universe,
           lease_keyed: Universe, lease_cap: int, big_gate: bool = False,
           big_lockstep: bool = False, observed: Universe | None = None,
-          wide_cap: int | None = None, band: Universe | None = None) -> tuple[BfsRun, ...]:
+          wide_cap: int | None = None, band: Universe | None = None,
+          tall: Universe | None = None) -> tuple[BfsRun, ...]:
     """The BFS runs of a scope. ``big``: the 3-server universe (runs where a third server
     matters); ``wide``: 2 servers with more request ids (eviction, unkeyed requests);
-    ``band``: the context band's second universe (each acquire comes with six contexts)."""
+    ``band``: the context band's second universe (each acquire comes with six contexts);
+    ``tall``: the universe of the runs that need loads one above ``cap`` (a margin of 2,
+    the 3/2 gate), ``wide`` unless given."""
     observed = observed or attrs.evolve(_u(2, "ab", False), observe_max=1)
     band = band or _u(2, "ab")
     band_det = _u(2, "a", False)
     wcap = cap if wide_cap is None else wide_cap
+    tall = tall or wide
 
     def c(**kw: object) -> Config:
         kw.setdefault("max_cache_size", cache)
@@ -120,7 +124,7 @@ def _runs(big: Universe, wide: Universe, cap: int, cache: int, lease: Universe,
         BfsRun("legacy, full_determinism caller", c(full_determinism=True), wide, wcap),
         BfsRun("margin 0, first ties", c(affinity_break_margin=0), wide, wcap),
         BfsRun("margin 1, first ties", c(affinity_break_margin=1), big, cap),
-        BfsRun("margin 2, first ties", c(affinity_break_margin=2), wide, max(wcap, cap + 1)),
+        BfsRun("margin 2, first ties", c(affinity_break_margin=2), tall, max(wcap, cap + 1)),
         BfsRun("margin 1, draw ties", c(affinity_break_margin=1, tie_break="draw"),
                *((big, cap) if big_lockstep else (wide, wcap)), symmetry=True),
         BfsRun("margin 1, hashed ties", c(affinity_break_margin=1, tie_break="hashed"), wide,
@@ -134,7 +138,7 @@ def _runs(big: Universe, wide: Universe, cap: int, cache: int, lease: Universe,
                c(affinity_break_margin=0, full_determinism=True, hash_mode="stable"), big,
                max(cap - 1, 1)),
         BfsRun("margin 1, observed loads", c(affinity_break_margin=1), observed, cap),
-        BfsRun("gate abs 1 rel 3/2", c(dual_threshold=GATE), wide, max(wcap, cap + 1)),
+        BfsRun("gate abs 1 rel 3/2", c(dual_threshold=GATE), tall, max(wcap, cap + 1)),
         BfsRun("gate abs 1 rel 1", c(dual_threshold=FLAT_GATE),
                *((big, cap) if big_gate else (wide, wcap))),
         BfsRun("legacy, leases", c(lease_accounting=True), lease, cap, lease_cap),
@@ -169,12 +173,13 @@ SMALL = Scope(
     name="small",
     fact_ns=(2, 3), mutant_n=3,
     bmc_depth=4, conformance_sample=40,
-    bfs_runs=_runs(_u(2, "ab", False), _u(2, "abc", False), 2, 2, _u(2, "a"), _u(2, "a"), 2),
+    bfs_runs=_runs(_u(2, "ab", False), _u(2, "abc", False), 2, 2, _u(2, "a"), _u(2, "a"), 2,
+                   tall=_u(2, "ab", False)),
     symmetry_check=BfsRun("margin 1, draw ties", _cfg(affinity_break_margin=1,
                                                       tie_break="draw"),
                           _u(2, "ab"), 2),
     crosshair_condition_timeout=0.5, crosshair_diff_timeout=1.5, job_budget=60.0,
-    decision_table_max=4,
+    decision_table_max=3,
     wide_conformance_points=120, structure_operations=100,
 )
 
