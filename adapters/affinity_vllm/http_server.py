@@ -15,6 +15,9 @@ It also owns the request-body memory budget shared by all connections
 accepting, close idle connections, answer the rest with ``Connection: close``), and
 reports an accept the loop dropped for want of file descriptors as a router error
 (:meth:`_loop_exception`): asyncio otherwise logs it on every retry and counts nothing.
+uvloop drops such an accept without any report, so the deadline sweep also looks at
+the descriptors in use once a second (:func:`~affinity_vllm.limits.descriptor_use`) and
+reports each second spent at the limit the same way.
 """
 
 from __future__ import annotations
@@ -25,7 +28,7 @@ from typing import Any
 
 from .http1 import ClientConnection, Handler
 from .http_messages import IncomingRequest, ServerLimits
-from .limits import BodyBudget
+from .limits import FD_HEADROOM, BodyBudget, descriptor_use
 
 __all__ = ["HttpServer"]
 
@@ -34,6 +37,8 @@ __all__ = ["HttpServer"]
 # a keep-alive client between two requests sends its next one within that time, gets it
 # answered with ``Connection: close``, and never writes into a connection being closed.
 IDLE_CLOSE_AFTER_DRAIN = 0.25
+# How often the sweep looks at the descriptors in use (a listing of /proc/self/fd).
+FD_CHECK_EVERY = 1.0
 
 
 class HttpServer:
@@ -43,13 +48,16 @@ class HttpServer:
                  on_refused: Callable[[int], None] | None = None,
                  client_gone: Callable[[IncomingRequest | None], None] | None = None,
                  unhandled: Callable[[IncomingRequest], None] | None = None,
-                 router_error: Callable[[str, str], None] | None = None) -> None:
+                 router_error: Callable[[str, str], None] | None = None,
+                 fd_probe: Callable[[], tuple[int, int] | None] = descriptor_use) -> None:
         self.handler = handler
         self.limits = limits
         self.body_budget = BodyBudget(limits.body_memory_budget)
         self.draining = False  # shutting down: every response closes its connection
         self._idle_closer: asyncio.TimerHandle | None = None
         self._router_error = router_error
+        self.fd_probe = fd_probe  # (in use, limit), or None: unknown
+        self._fd_checked_at = 0.0
         self.loop = asyncio.get_event_loop()
         self.connections: set[ClientConnection] = set()
         self.refused_connections = 0
@@ -112,6 +120,16 @@ class HttpServer:
             for connection in list(self.connections):
                 if connection.deadline and connection.deadline <= now:
                     connection.expire(now)
+            if now - self._fd_checked_at >= FD_CHECK_EVERY:
+                self._fd_checked_at = now
+                self._check_descriptors()
+
+    def _check_descriptors(self) -> None:
+        use = self.fd_probe()
+        if use is not None and use[0] >= use[1] - FD_HEADROOM:
+            self.router_error("fd", f"{use[0]} files open of the limit {use[1]} (ulimit -n): "
+                              "new client connections may be dropped without a word while "
+                              "this lasts; raise the limit or lower --max-connections")
 
     async def wait_closed(self) -> None:
         if self._server is not None:

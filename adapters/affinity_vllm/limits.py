@@ -18,23 +18,32 @@ it. This module keeps those resources and reports their exhaustion.
   arrive) and gives it back when its handler ends or its connection goes. A request
   that does not fit gets 503 (the router is out of memory for bodies, not the request
   too large: that is ``--max-body-bytes``' 413).
+* :func:`descriptor_use` -- the descriptors this process has open and its soft limit.
+  asyncio's own loop reports an accept that failed for want of descriptors (the HTTP
+  server counts it), but uvloop's does not: libuv accepts the pending connection on a
+  descriptor it keeps spare and closes it at once, telling nobody. So the HTTP server
+  also looks at the descriptors in use once a second, and a second spent within
+  :data:`FD_HEADROOM` of the limit is reported as an ``fd`` error: while it lasts, new
+  clients may be dropped without a word.
 * :class:`RouterErrors` -- ``affinity_router_router_errors_total{kind}`` (``fd`` for
-  connects and accepts refused for want of descriptors, ``body_memory`` for bodies
-  refused by the budget) and one log line per kind at most every
-  :data:`LOG_EVERY` seconds, with the count since the last line, so an exhausted
-  router cannot flood its own log.
+  connects and accepts refused for want of descriptors and for each second spent at the
+  limit, ``body_memory`` for bodies refused by the budget) and one log line per kind at
+  most every :data:`LOG_EVERY` seconds, with the count since the last line, so an
+  exhausted router cannot flood its own log.
 """
 
 from __future__ import annotations
 
 import logging
+import os
 import time
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from .metrics import Registry
 
-__all__ = ["FD_RESERVE", "LOG_EVERY", "BodyBudget", "RouterErrors", "fit_fd_limit"]
+__all__ = ["FD_HEADROOM", "FD_RESERVE", "LOG_EVERY", "BodyBudget", "RouterErrors",
+           "descriptor_use", "fit_fd_limit"]
 
 log = logging.getLogger("affinity_vllm.limits")
 
@@ -43,6 +52,9 @@ log = logging.getLogger("affinity_vllm.limits")
 # the event loop's own, stdio.
 FD_RESERVE = 64
 LOG_EVERY = 10.0
+# Descriptors in use this close to the soft limit count as "at the limit": an accept or
+# an upstream connect may fail, and the few left go to the loop's own needs.
+FD_HEADROOM = 8
 
 
 def fit_fd_limit(max_connections: int, max_concurrency: int, backends: int
@@ -78,6 +90,23 @@ def fit_fd_limit(max_connections: int, max_concurrency: int, backends: int
                     f"lower --max-connections to silence this")
 
 
+def descriptor_use() -> tuple[int, int] | None:
+    """``(open descriptors, soft RLIMIT_NOFILE)`` of this process; None where it cannot be
+    known (no ``/proc/self/fd``, not POSIX) or there is no limit."""
+    try:
+        import resource
+    except ImportError:  # pragma: no cover - not POSIX
+        return None
+    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft == resource.RLIM_INFINITY:
+        return None
+    try:
+        in_use = len(os.listdir("/proc/self/fd")) - 1  # less the listing's own descriptor
+    except OSError:
+        return None
+    return in_use, soft
+
+
 class RouterErrors:
     """Counts the router's own resource errors by kind; logs each kind rate-limited."""
 
@@ -87,9 +116,9 @@ class RouterErrors:
         self._logged_at: dict[str, float] = {}
         self._family = None if registry is None else registry.counter(
             "affinity_router_router_errors_total", "failures of the router's own resources "
-            "by kind (fd: out of file descriptors on accept or connect; body_memory: a "
-            "request body refused by --body-memory-budget); never counted against a "
-            "backend", ["kind"])
+            "by kind (fd: out of file descriptors on accept or connect, or a second spent "
+            "at the descriptor limit; body_memory: a request body refused by "
+            "--body-memory-budget); never counted against a backend", ["kind"])
 
     def error(self, kind: str, message: str) -> None:
         self.counts[kind] = self.counts.get(kind, 0) + 1

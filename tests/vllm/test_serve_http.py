@@ -259,6 +259,43 @@ def test_fd_exhaustion_on_connect_is_the_routers_error_and_never_ejects(
     assert len(lines) == 1, [r.getMessage() for r in lines]  # rate-limited: once
 
 
+def test_a_second_at_the_descriptor_limit_is_the_routers_error(
+        caplog: pytest.LogCaptureFixture) -> None:
+    """uvloop drops an accept it has no descriptor for without a word; the sweep looks at
+    the descriptors in use once a second and reports being at the limit, counted and
+    logged (rate-limited), and nothing while below it."""
+    async def scenario() -> None:
+        async with fleet(1) as f:
+            server = f.router.server
+            server.fd_probe = lambda: (500, 1024)  # far below the limit
+            await asyncio.sleep(1.3)
+            assert "fd" not in f.router.router_errors.counts
+            server.fd_probe = lambda: (1020, 1024)  # within FD_HEADROOM of it
+            await wait_until(lambda: f.router.router_errors.counts.get("fd", 0) >= 1,
+                             timeout=3.0)
+            text = await f.metrics_text()
+            assert re.search(r'affinity_router_router_errors_total\{kind="fd"\} [1-9]', text)
+            assert (await f.complete("still served")).status == 200
+    run(scenario())
+    lines = [r.getMessage() for r in caplog.records if "router resource error (fd)" in
+             r.getMessage()]
+    assert lines and "1020 files open of the limit 1024" in lines[0], lines
+
+
+def test_descriptor_use_counts_this_process_open_files() -> None:
+    from affinity_vllm.limits import descriptor_use
+
+    before = descriptor_use()
+    assert before is not None and before[1] == resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    held = [socket.socket() for _ in range(5)]
+    try:
+        after = descriptor_use()
+        assert after is not None and after[0] == before[0] + 5
+    finally:
+        for sock in held:
+            sock.close()
+
+
 def test_max_connections_is_fitted_to_the_fd_limit_at_start() -> None:
     code = (
         "import resource\n"
