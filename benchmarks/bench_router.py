@@ -55,6 +55,7 @@ import argparse
 import asyncio
 import json
 import os
+import platform
 import signal
 import statistics
 import subprocess
@@ -173,9 +174,13 @@ def _ready(url: str) -> bool:
 
 def start_router(cmd: list[str], url: str, log: Path, timeout: float = 60) -> subprocess.Popen[
         bytes]:
+    # Started in the log's folder, not the checkout: `python -m` puts its working
+    # directory first on sys.path, and the checkout's source would shadow the installed
+    # (compiled) engine.
     with open(log, "wb") as handle:
         proc = subprocess.Popen(cmd, stdout=handle, stderr=subprocess.STDOUT,
-                                stdin=subprocess.DEVNULL, start_new_session=True, cwd=ROOT)
+                                stdin=subprocess.DEVNULL, start_new_session=True,
+                                cwd=log.parent)
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if proc.poll() is not None:
@@ -509,38 +514,65 @@ def run_all(contenders: list[Contender], backends: list[str], venv: Path,
 
 
 def stub_phases(contenders: list[Contender], stubs: list[str], venv: Path,
-                args: argparse.Namespace, log_dir: Path) -> None:
+                args: argparse.Namespace, log_dir: Path) -> dict[str, Any]:
     """``--overhead-only``: ``--overhead-rounds`` rounds, each measuring every contender in
     turn (so a change in the machine's load hits all of them alike); per contender the
-    median over rounds of each figure, and its ratio to the first vllm-router row."""
+    median over rounds of each figure, and its ratio to the first vllm-router row. Returns
+    the record that ``main`` writes as ``bench_router_overhead.json``."""
     figures: dict[str, list[tuple[float, ...]]] = {c.name: [] for c in contenders}
+    load_start = os.getloadavg()[0]
     for index in range(args.overhead_rounds):
         for c in contenders:
             measured = measure_overhead(c, stubs, venv, args, log_dir)
             (_, (seq, _, _)), (_, (conc, _, _)) = sorted(measured.items())
             rps, direct_rps, cpu = measure_throughput(c, stubs, venv, args, log_dir)
-            row = (statistics.median(seq), statistics.median(conc), rps, cpu,
-                   os.getloadavg()[0])
-            figures[c.name].append(row)
+            figure = (statistics.median(seq), statistics.median(conc), rps, cpu,
+                      os.getloadavg()[0])
+            figures[c.name].append(figure)
             print(f"round {index + 1}/{args.overhead_rounds} {c.name}: overhead "
-                  f"{1000 * row[0]:.3f} ms (1 client), {1000 * row[1]:.3f} ms "
+                  f"{1000 * figure[0]:.3f} ms (1 client), {1000 * figure[1]:.3f} ms "
                   f"({args.concurrency} clients); {rps:.0f} req/s at "
                   f"{args.throughput_clients} clients (one stub direct: {direct_rps:.0f}); "
-                  f"router CPU {1e6 * cpu:.0f} us/request; load average {row[4]:.2f}",
+                  f"router CPU {1e6 * cpu:.0f} us/request; load average {figure[4]:.2f}",
                   flush=True)
     medians = {name: [statistics.median(r[i] for r in rows) for i in range(5)]
                for name, rows in figures.items()}
     reference = next((m for name, m in medians.items() if name.startswith("vllm-router")),
                      None)
+    rows_out = []
+    for name, (one, many, rate, cpu_each, load) in medians.items():
+        row: dict[str, Any] = {
+            "name": name, "overhead_ms": 1000 * one, "overhead_concurrent_ms": 1000 * many,
+            "requests_per_second": rate, "router_cpu_us": 1e6 * cpu_each,
+            "load_average": load}
+        if reference is not None:
+            row["ratios"] = {"overhead": one / reference[0],
+                             "overhead_concurrent": many / reference[1],
+                             "requests_per_second": rate / reference[2],
+                             "router_cpu": cpu_each / reference[3]}
+        rows_out.append(row)
     print(f"\n| Router | Overhead, 1 client | Overhead, {args.concurrency} clients | Req/s, "
           f"{args.throughput_clients} clients | Router CPU per request | Load average |")
     print("|---|---|---|---|---|---|")
-    for name, (one, many, rate, cpu_each, load) in medians.items():
-        ratio = ("" if reference is None else
-                 f" ({one / reference[0]:.2f}x / {many / reference[1]:.2f}x / "
-                 f"{rate / reference[2]:.2f}x / {cpu_each / reference[3]:.2f}x)")
-        print(f"| {name}{ratio} | {1000 * one:.3f} ms | {1000 * many:.3f} ms | {rate:.0f} "
-              f"| {1e6 * cpu_each:.0f} us | {load:.1f} |")
+    for row in rows_out:
+        ratios = row.get("ratios")
+        ratio = ("" if ratios is None else
+                 f" ({ratios['overhead']:.2f}x / {ratios['overhead_concurrent']:.2f}x / "
+                 f"{ratios['requests_per_second']:.2f}x / {ratios['router_cpu']:.2f}x)")
+        print(f"| {row['name']}{ratio} | {row['overhead_ms']:.3f} ms | "
+              f"{row['overhead_concurrent_ms']:.3f} ms | {row['requests_per_second']:.0f} "
+              f"| {row['router_cpu_us']:.0f} us | {row['load_average']:.1f} |")
+    # Which build of the engine the Affinity routers ran (their interpreter and
+    # environment are this process's): compiled from a wheel, pure from a checkout.
+    build = subprocess.run([sys.executable, "-c", "from affinity_engine._build import "
+                            "BUILD_INFO; print(BUILD_INFO)"], capture_output=True, text=True,
+                           check=True, cwd=log_dir).stdout.strip()
+    return {"affinity_build": build, "rounds": args.overhead_rounds,
+            "pairs": args.overhead_pairs,
+            "concurrency": args.concurrency, "throughput_clients": args.throughput_clients,
+            "throughput_requests": args.throughput_requests, "cpus": os.cpu_count(),
+            "python": platform.python_version(), "load_average_start": load_start,
+            "load_average_end": os.getloadavg()[0], "rows": rows_out}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -586,9 +618,14 @@ def main(argv: list[str] | None = None) -> int:
         with tempfile.TemporaryDirectory(prefix="bench-router-") as tmp:
             stubs = StubFleet(Path(tmp))
             try:
-                stub_phases(contenders, stubs.urls, venv, args, Path(tmp))
+                record = stub_phases(contenders, stubs.urls, venv, args, Path(tmp))
             finally:
                 stubs.stop()
+        if not args.quick:  # a smoke run is not a record
+            args.out.mkdir(parents=True, exist_ok=True)
+            path = args.out / "bench_router_overhead.json"
+            path.write_text(json.dumps(record, indent=2) + "\n")
+            print(f"wrote {path}")
         return 0
     python = vllm_python()
     args.out.mkdir(parents=True, exist_ok=True)

@@ -296,6 +296,46 @@ def bench_router_table() -> str:
     return "\n".join(lines)
 
 
+def bench_router_overhead() -> str:
+    """``bench_router.py --overhead-only``'s record: medians over its rounds, each ratio
+    against vllm-router measured in the same run."""
+    record = _json("benchmarks/results/bench_router_overhead.json")
+    lines = [f"Medians of {record['rounds']} rounds on {record['cpus']} CPUs (Python "
+             f"{record['python']}; affinity_engine {record['affinity_build']}; load average {record['load_average_start']:.1f} at the "
+             f"start, {record['load_average_end']:.1f} at the end; "
+             "`benchmarks/results/bench_router_overhead.json`); in brackets, the ratio to "
+             "vllm-router in the same run.", "",
+             f"| Router | Overhead, 1 client | Overhead, {record['concurrency']} clients | "
+             f"Req/s, {record['throughput_clients']} clients | Router CPU per request |",
+             "|---|---|---|---|---|"]
+    for row in record["rows"]:
+        ratios = row.get("ratios", {})
+        cells = []
+        for text, key in ((f"{row['overhead_ms']:.3f} ms", "overhead"),
+                          (f"{row['overhead_concurrent_ms']:.3f} ms", "overhead_concurrent"),
+                          (f"{row['requests_per_second']:,.0f}", "requests_per_second"),
+                          (f"{row['router_cpu_us']:.0f} us", "router_cpu")):
+            cells.append(f"{text} ({ratios[key]:.2f}x)" if key in ratios else text)
+        lines.append(f"| {row['name']} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def bench_compare_routers() -> str:
+    """``compare_routers.py``'s record: each HTTP scenario against both routers."""
+    results = _json("benchmarks/results/compare_routers.json")
+    by = {(r["router"], r["scenario"]): r for r in results}
+    scenarios = list(dict.fromkeys(r["scenario"] for r in results))
+    lines = ["| Scenario | affinity serve | vllm-router |", "|---|---|---|"]
+    for name in scenarios:
+        cells = []
+        for router in ("affinity", "vllm-router"):
+            r = by.get((router, name))
+            cells.append("not run" if r is None else
+                         f"{'pass' if r['pass'] else 'FAIL'}: {r['detail']}".replace("|", "/"))
+        lines.append(f"| {name} | {cells[0]} | {cells[1]} |")
+    return "\n".join(lines)
+
+
 # ------------------------------------------------------------------ simulator
 
 def _sim(name: str) -> dict[str, Any]:
@@ -433,6 +473,8 @@ RENDERERS: dict[str, Callable[[], str]] = {
     "bench.core-runs": bench_core_runs,
     "bench.lru": bench_lru_table,
     "bench.router": bench_router_table,
+    "bench.router-overhead": bench_router_overhead,
+    "bench.compare-routers": bench_compare_routers,
     "sim.margin2-at-pr-scale": sim_margin2_at_pr_scale,
     **{f"sim.prscale.{t}": _prscale(t) for t in (
         "prediction", "policies", "ablation", "context-per-request", "replication",
