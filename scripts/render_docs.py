@@ -301,7 +301,8 @@ def bench_router_overhead() -> str:
     against vllm-router measured in the same run."""
     record = _json("benchmarks/results/bench_router_overhead.json")
     lines = [f"Medians of {record['rounds']} rounds on {record['cpus']} CPUs (Python "
-             f"{record['python']}; affinity_engine {record['affinity_build']}; load average {record['load_average_start']:.1f} at the "
+             f"{record['python']}; affinity_engine {record['affinity_build']}; load "
+             f"average {record['load_average_start']:.1f} at the "
              f"start, {record['load_average_end']:.1f} at the end; "
              "`benchmarks/results/bench_router_overhead.json`); in brackets, the ratio to "
              "vllm-router in the same run.", "",
