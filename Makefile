@@ -1,7 +1,7 @@
 # The inner loop (docs/inner-loop.md; its timing is recorded by scripts/time_inner_loop.py):
 # lint, types, then the core and conformance tests side by side with the proofs at small
 # scope -- the tests are one pytest process and the proofs use two workers, so on a
-# two-core machine running them together finishes well before running them in turn. The
+# two-core machine running them together finishes sooner than running them in turn. The
 # slow and environment tiers (ray, vllm, peers, compiled) are left to scripts/test.sh and
 # CI. VENV defaults to the checkout's .venv (scripts/test.sh makes it).
 VENV ?= .venv
