@@ -2,7 +2,8 @@
 
 ``step(config, state, event)`` is the whole routing semantics of verl's
 ``GlobalRequestLoadBalancer`` with PR #7435's ``affinity_break_margin`` (and PR #6533's
-dual-threshold gate as an alternative), as spec/SPEC.md states it. It is written to be
+dual-threshold gate as an alternative, and opt-in group pins after PR #6122), as
+spec/SPEC.md states it. It is written to be
 read next to the spec: frozen values, plain data structures, no caches, no I/O, no clock,
 no randomness, no builtin ``hash()``, no floats in decisions.
 
@@ -33,6 +34,7 @@ from .config import (
     Config,
     ConfigError,
     DualThreshold,
+    GroupStickiness,
     HashMode,
     TieBreak,
     validate_margin,
@@ -99,6 +101,7 @@ __all__ = [
     "DualThreshold",
     "Event",
     "EventError",
+    "GroupStickiness",
     "HashMode",
     "LeaseBook",
     "LoadsObserved",

@@ -18,7 +18,7 @@ import attrs
 
 from .config import Config, TieBreak
 from .events import Acquire
-from .machine import Lookup, classify, config_rejection
+from .machine import ACQUIRE_RULES, Choice, classify, config_rejection
 from .policy import deterministic_server, tie_set
 from .state import State
 
@@ -30,12 +30,13 @@ def allowed(config: Config, state: State, event: Acquire) -> frozenset[str]:
     if config_rejection(config, event) is not None:
         return frozenset()
     lookup, pinned = classify(config, state, event)
-    if lookup is Lookup.HIT_KEEP:
+    choice = ACQUIRE_RULES[lookup].choice
+    if choice is Choice.STAY:
         assert pinned is not None
         return frozenset((pinned,))
     if not state.pool:
         return frozenset()
-    if config.full_determinism and lookup is not Lookup.HIT_BREAK:
+    if config.full_determinism and choice is Choice.PLACE:
         return frozenset((deterministic_server(config, state, event),))
     return frozenset(tie_set(state))
 

@@ -11,7 +11,10 @@ with other languages, so their encoding is part of the spec (R-CODEC-1):
 * an event is ``{"op": ..., fields}``; an outcome is ``{"kind": ..., fields}``;
 * a state is ``{"servers": [[id, in-flight], ...] in pool order, "lru": [[rid, sid],
   ...] oldest first, "affinity_kept", "affinity_broken"}`` plus ``"leases"`` when the
-  lease book is not empty and ``"external"`` when an observation set external loads.
+  lease book is not empty, ``"external"`` when an observation set external loads, and
+  ``"groups"`` / ``"group_kept"`` / ``"group_broken"`` when group pins were made;
+* an option, event field or outcome field added by an extension appears only when set,
+  so every value without it encodes (and digests) exactly as before it existed.
 
 Decoding validates everything and raises :class:`CodecError` that names the field, the
 value and what was expected, so a malformed vector or log line is reported, not crashed
@@ -87,7 +90,8 @@ def _rel_text(rel: Fraction) -> str:
 _CONFIG_KEYS = frozenset({
     "affinity_break_margin", "dual_threshold", "max_cache_size", "full_determinism",
     "tie_break", "hash_mode", "lease_accounting", "affinity_break_tokens",
-    "affinity_break_band_cap",
+    "affinity_break_band_cap", "group_stickiness", "group_break_margin",
+    "max_group_cache_size",
 })
 
 
@@ -109,6 +113,11 @@ def config_to_json(config: Config) -> JSON:
         **({} if config.affinity_break_tokens is None else {
             "affinity_break_tokens": config.affinity_break_tokens,
             "affinity_break_band_cap": config.affinity_break_band_cap,
+        }),
+        **({} if not config.groups else {
+            "group_stickiness": config.group_stickiness.value,
+            "group_break_margin": config.group_break_margin,
+            "max_group_cache_size": config.max_group_cache_size,
         }),
     }
 
@@ -145,6 +154,8 @@ def event_to_json(event: Event) -> JSON:
             out["request_hash"] = event.request_hash
         if event.context_tokens is not None:
             out["context_tokens"] = event.context_tokens
+        if event.group_id is not None:
+            out["group_id"] = event.group_id
         return out
     if isinstance(event, Release):
         out = {"op": "release", "server_id": event.server_id}
@@ -164,7 +175,7 @@ _EVENT_FIELDS: Mapping[str, tuple[type[Any], frozenset[str], frozenset[str]]] = 
     MappingProxyType({
     # op -> (class, required fields, optional fields)
     "acquire": (Acquire, frozenset({"request_id"}),
-                frozenset({"tie_draw", "request_hash", "context_tokens"})),
+                frozenset({"tie_draw", "request_hash", "context_tokens", "group_id"})),
     "release": (Release, frozenset({"server_id"}), frozenset({"request_id"})),
     "add_servers": (AddServers, frozenset({"server_ids"}), frozenset()),
     "remove_servers": (RemoveServers, frozenset({"server_ids"}), frozenset()),
@@ -203,6 +214,8 @@ def outcome_to_json(outcome: Outcome) -> JSON:
             out["previous"] = outcome.previous
         if outcome.evicted is not None:
             out["evicted"] = outcome.evicted
+        if outcome.evicted_group is not None:
+            out["evicted_group"] = outcome.evicted_group
         return out
     if isinstance(outcome, Released):
         return {"kind": "released", "server_id": outcome.server_id,
@@ -213,8 +226,12 @@ def outcome_to_json(outcome: Outcome) -> JSON:
     if isinstance(outcome, PoolChanged):
         return {"kind": "pool_changed", "servers": list(outcome.servers)}
     if isinstance(outcome, StickyCacheCleared):
-        return {"kind": "sticky_cache_cleared", "cleared_entries": outcome.cleared_entries,
-                "server_loads": [list(p) for p in outcome.server_loads]}
+        cleared: JSON = {"kind": "sticky_cache_cleared",
+                         "cleared_entries": outcome.cleared_entries,
+                         "server_loads": [list(p) for p in outcome.server_loads]}
+        if outcome.cleared_groups:
+            cleared["cleared_groups"] = outcome.cleared_groups
+        return cleared
     assert isinstance(outcome, Rejected)
     return {"kind": "rejected", "reason": outcome.reason.value, "message": outcome.message}
 
@@ -229,6 +246,10 @@ def state_to_json(state: State) -> JSON:
     }
     if state.external:
         out["external"] = dict(sorted(state.external.items()))
+    if state.groups or state.group_kept or state.group_broken:
+        out["groups"] = [list(p) for p in state.groups]
+        out["group_kept"] = state.group_kept
+        out["group_broken"] = state.group_broken
     book = state.leases
     if book != LeaseBook():
         out["leases"] = {
@@ -253,7 +274,7 @@ def state_from_json(config: Config, data: object) -> State:
     """A state as a vector's ``initial_state`` describes it (validated against config)."""
     obj = _object(data, "state")
     extra = sorted(set(obj) - {"servers", "lru", "affinity_kept", "affinity_broken", "leases",
-                               "external"})
+                               "external", "groups", "group_kept", "group_broken"})
     if extra:
         raise CodecError(f"state: unknown keys {extra}")
     servers = [_pair(p, f"state.servers[{i}]", str, int) for i, p in
@@ -263,15 +284,11 @@ def state_from_json(config: Config, data: object) -> State:
         raise CodecError(f"state.servers: ids must be unique non-empty strings, got {ids}")
     if any(n < 0 for _, n in servers):
         raise CodecError(f"state.servers: loads must be >= 0, got {servers}")
-    lru = [_pair(p, f"state.lru[{i}]", str, str) for i, p in
-           enumerate(_list(obj.get("lru", []), "state.lru"))]
-    if not all(is_valid_id(k) and is_valid_id(v) for k, v in lru):
-        raise CodecError("state.lru: ids must be non-empty strings of Unicode scalar values")
-    if len({k for k, _ in lru}) != len(lru) or len(lru) > config.max_cache_size:
-        raise CodecError(
-            f"state.lru: keys must be unique and at most max_cache_size="
-            f"{config.max_cache_size}, got {len(lru)} entries"
-        )
+    lru = _pin_map(obj.get("lru", []), "state.lru", config.max_cache_size, "max_cache_size")
+    groups = _pin_map(obj.get("groups", []), "state.groups", config.max_group_cache_size,
+                      "max_group_cache_size")
+    if groups and not config.groups:
+        raise CodecError("state.groups: group pins need group_stickiness 'fallback' or 'only'")
     kept = _count(obj.get("affinity_kept", 0), "state.affinity_kept")
     broken = _count(obj.get("affinity_broken", 0), "state.affinity_broken")
     external = {k: _count(v, f"state.external[{k}]") for k, v in
@@ -285,7 +302,21 @@ def state_from_json(config: Config, data: object) -> State:
     if "leases" in obj:
         book = _leases_from_json(obj["leases"])
     return State(pool=tuple(ids), inflight=Map(servers), external=Map(external),
-                 sticky=tuple(lru), affinity_kept=kept, affinity_broken=broken, leases=book)
+                 sticky=lru, affinity_kept=kept, affinity_broken=broken, leases=book,
+                 groups=groups, group_kept=_count(obj.get("group_kept", 0), "state.group_kept"),
+                 group_broken=_count(obj.get("group_broken", 0), "state.group_broken"))
+
+
+def _pin_map(data: object, where: str, capacity: int, option: str
+             ) -> tuple[tuple[str, str], ...]:
+    pins = [_pair(p, f"{where}[{i}]", str, str) for i, p in enumerate(_list(data, where))]
+    if not all(is_valid_id(k) and is_valid_id(v) for k, v in pins):
+        raise CodecError(f"{where}: ids must be non-empty strings of Unicode scalar values")
+    if len({k for k, _ in pins}) != len(pins) or len(pins) > capacity:
+        raise CodecError(
+            f"{where}: keys must be unique and at most {option}={capacity}, "
+            f"got {len(pins)} entries")
+    return tuple(pins)
 
 
 def _leases_from_json(data: object) -> LeaseBook:

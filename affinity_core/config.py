@@ -22,6 +22,16 @@ Routing policy (R-POL-1):
   minimum or the pool is not imbalanced.
 
 The two policies are mutually exclusive. Both are ignored under ``full_determinism``.
+
+Group pins (R-GRP-1), an opt-in extension for the n samples of one prompt (GRPO's group):
+
+* ``group_stickiness="off"`` (the default): an acquire's ``group_id`` is never read;
+* ``"fallback"``: a keyed acquire that misses the sticky map joins its group's pin, kept
+  under the same rule as a conversation's pin, or under ``group_break_margin`` when set;
+* ``"only"``: a grouped acquire uses its group's pin alone and never reads or writes its
+  own entry (PR #6122's ``GroupStickyLoadBalancer``, with the legacy policy).
+
+``max_group_cache_size`` bounds the group map as ``max_cache_size`` bounds the sticky map.
 ``balance_rel_threshold`` is an exact rational (``fractions.Fraction``), so the gate
 compares integers only.
 """
@@ -39,6 +49,7 @@ __all__ = [
     "Config",
     "ConfigError",
     "DualThreshold",
+    "GroupStickiness",
     "HashMode",
     "TieBreak",
     "validate_margin",
@@ -65,6 +76,14 @@ class HashMode(enum.Enum):
 
     CALLER = "caller"  # request_hash supplied by the caller, over pool order (verl)
     STABLE = "stable"  # stable_hash(request_id) over sorted server ids (PR #7667)
+
+
+class GroupStickiness(enum.Enum):
+    """Whether and how an acquire's ``group_id`` pins its group (R-GRP-1)."""
+
+    OFF = "off"  # group ids are ignored: today's balancer exactly
+    FALLBACK = "fallback"  # own pin first; on a miss, the group's pin
+    ONLY = "only"  # the group's pin alone (PR #6122)
 
 
 def _describe(value: object) -> str:
@@ -136,6 +155,16 @@ def _as_hash_mode(value: object) -> HashMode:
     return result
 
 
+def _as_group_stickiness(value: object) -> GroupStickiness:
+    result = _as_enum(GroupStickiness, "group_stickiness", value)
+    assert isinstance(result, GroupStickiness)
+    return result
+
+
+def _group_margin(value: object) -> int | None:
+    return validate_margin(value, "group_break_margin")
+
+
 def _as_rel(value: object) -> Fraction:
     rel: Fraction | None = None
     if isinstance(value, Fraction):
@@ -187,6 +216,10 @@ class Config:
     lease_accounting: bool = attrs.field(default=False)
     affinity_break_tokens: int | None = attrs.field(default=None, converter=_tokens)
     affinity_break_band_cap: int | None = attrs.field(default=None, converter=_band_cap)
+    group_stickiness: GroupStickiness = attrs.field(default=GroupStickiness.OFF,
+                                                    converter=_as_group_stickiness)
+    group_break_margin: int | None = attrs.field(default=None, converter=_group_margin)
+    max_group_cache_size: int = attrs.field(default=DEFAULT_MAX_CACHE_SIZE)
 
     @affinity_break_band_cap.validator
     def _check_band(self, _a: object, cap: int | None) -> None:
@@ -214,6 +247,18 @@ class Config:
     @max_cache_size.validator
     def _check_cache(self, _a: object, value: object) -> None:
         _positive_int("max_cache_size", value)
+
+    @max_group_cache_size.validator
+    def _check_group_cache(self, _a: object, value: object) -> None:
+        _positive_int("max_group_cache_size", value)
+
+    @group_break_margin.validator
+    def _check_group_margin(self, _a: object, value: int | None) -> None:
+        if value is not None and self.group_stickiness is GroupStickiness.OFF:
+            raise ConfigError(
+                "group_break_margin applies to group pins, which group_stickiness 'off' "
+                f"disables; set group_stickiness to 'fallback' or 'only' (got "
+                f"group_break_margin={value!r})")
 
     @full_determinism.validator
     def _check_det(self, _a: object, value: object) -> None:
@@ -248,6 +293,11 @@ class Config:
     def context_band(self) -> bool:
         """Whether the keep band widens with ``context_tokens`` (R-BAND-1)."""
         return self.affinity_break_tokens is not None and not self.full_determinism
+
+    @property
+    def groups(self) -> bool:
+        """Whether an acquire's ``group_id`` is read at all (R-GRP-1)."""
+        return self.group_stickiness is not GroupStickiness.OFF
 
     @property
     def evaluates_pins(self) -> bool:

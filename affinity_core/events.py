@@ -10,6 +10,8 @@ An event is one call on verl's balancer API, as an immutable value (R-EV-1):
   caller's hash of the request id for the ``caller`` hash mode, so the core never draws or
   hashes by itself. ``context_tokens`` is the prompt length the caller knows at acquire
   time; only the context band reads it (R-BAND-1), and its absence counts as zero.
+  ``group_id`` names the request's group (the samples of one prompt); only group
+  stickiness reads it (R-GRP-1).
 * :class:`Release` -- ``release_server(server_id, request_id=None)``.
 * :class:`AddServers` / :class:`RemoveServers` -- pool changes, in the given order.
 * :class:`ClearStickyCache` -- ``clear_sticky_cache()``.
@@ -135,6 +137,7 @@ class Acquire:
     tie_draw: int = attrs.field(default=0, validator=_count)
     request_hash: int | None = attrs.field(default=None, validator=_optional_int)
     context_tokens: int | None = attrs.field(default=None, validator=_optional_count)
+    group_id: str | None = attrs.field(default=None, validator=_optional_id)
 
 
 @attrs.frozen(kw_only=True)
@@ -164,10 +167,11 @@ class ObserveLoads:
 
 
 def acquire_event(request_id: object, tie_draw: object = 0, request_hash: object = None,
-                  context_tokens: object = None) -> Acquire:
+                  context_tokens: object = None, group_id: object = None) -> Acquire:
     """``Acquire(...)`` with positional arguments, for callers that build one per request."""
     return Acquire(request_id=request_id, tie_draw=tie_draw,  # type: ignore[arg-type]
-                   request_hash=request_hash, context_tokens=context_tokens)  # type: ignore[arg-type]
+                   request_hash=request_hash, context_tokens=context_tokens,  # type: ignore[arg-type]
+                   group_id=group_id)  # type: ignore[arg-type]
 
 
 def release_event(server_id: object, request_id: object = None) -> Release:

@@ -4,20 +4,21 @@ Theory of operation
 -------------------
 Every state change happens here, and the transition table is data: :data:`TRANSITIONS`
 maps each event type to its handler, and :data:`ACQUIRE_RULES` maps each way an acquire
-meets the sticky map (:class:`Lookup`) to everything the acquire then does. The acquire
-handler only interprets a row; SPEC §10 prints the same table, and a test holds the two
-equal.
+meets the sticky map and the group map (:class:`Lookup`) to everything the acquire then
+does. The acquire handler only interprets a row; SPEC §10 prints the same table, and a
+test holds the two equal.
 
 An acquire, in order (SPEC §10):
 
 1. reject an acquire that does not fit ``full_determinism`` (R-ACQ-9), changing nothing;
 2. classify the lookup (R-ACQ-1): unkeyed, miss, hit kept or broken by
-   :func:`~affinity_core.policy.keep_pin`, or hit on a removed server;
-3. apply the row's recency: a hit is a lookup (touch), a removed-server hit deletes the
-   entry (R-ACQ-3), before the empty-pool check (R-ACQ-6);
+   :func:`~affinity_core.policy.keep_pin`, or hit on a removed server; with group
+   stickiness a grouped miss is classified again against the group map (R-GRP-2);
+3. apply the row's recency to the entry it read: a hit is a lookup (touch), a
+   removed-server hit deletes the entry (R-ACQ-3), before the empty-pool check (R-ACQ-6);
 4. choose the server: stay on the pin, place (deterministic under ``full_determinism``,
    else least-loaded) or re-pin least-loaded; an empty pool rejects a placement (R-ACQ-5);
-5. write the pin when the row says so, noting the evicted key (R-LRU-3);
+5. write the pins the row names, noting the evicted keys (R-LRU-3, R-GRP-4);
 6. bump the row's counter, count the request on the chosen server and grant its lease.
 
 ``step`` is total (R-OUT-1): each event yields exactly one outcome, and a rejected acquire
@@ -33,7 +34,7 @@ from typing import Any
 
 import attrs
 
-from .config import Config, HashMode
+from .config import Config, GroupStickiness, HashMode
 from .events import (
     Acquire,
     AddServers,
@@ -57,12 +58,12 @@ from .outcomes import (
     ReleaseResult,
     StickyCacheCleared,
 )
-from .policy import deterministic_server, keep_pin, least_loaded
+from .policy import deterministic_server, is_grouped, keep_group_pin, keep_pin, least_loaded
 from .state import State, inflight_items
-from .sticky import delete, pinned_server, put, touch
+from .sticky import Sticky, delete, pinned_server, put, touch
 
 __all__ = ["ACQUIRE_RULES", "TRANSITIONS", "AcquireRule", "Choice", "Counter", "Lookup",
-           "Recency", "Transition", "classify", "config_rejection", "step"]
+           "Recency", "Transition", "classify", "config_rejection", "step", "writes_own_pin"]
 
 
 @attrs.frozen
@@ -72,17 +73,22 @@ class Transition:
 
 
 class Lookup(enum.Enum):
-    """How an acquire met the sticky map (R-ACQ-1)."""
+    """How an acquire met the sticky map, and for a grouped miss the group map (R-ACQ-1,
+    R-GRP-2)."""
 
     UNKEYED = "unkeyed"
     MISS = "miss"
     HIT_KEEP = "hit_keep"
     HIT_BREAK = "hit_break"
     HIT_REMOVED = "hit_removed"
+    GROUP_MISS = "group_miss"
+    GROUP_KEEP = "group_keep"
+    GROUP_BREAK = "group_break"
+    GROUP_REMOVED = "group_removed"
 
 
 class Recency(enum.Enum):
-    """What the lookup does to the request's own sticky entry before any write."""
+    """What the lookup does to the entry it read, before any write."""
 
     NONE = "none"  # no entry was read (a membership test changes nothing, R-LRU-1)
     TOUCH = "touch"  # a lookup: the entry becomes most recent (R-LRU-2)
@@ -90,7 +96,7 @@ class Recency(enum.Enum):
 
 
 class Choice(enum.Enum):
-    STAY = "stay"  # the pinned server
+    STAY = "stay"  # the pin that was read
     PLACE = "place"  # deterministic under full_determinism, else least-loaded
     LEAST_LOADED = "least_loaded"  # a re-pin: always least-loaded (R-ACQ-4)
 
@@ -99,45 +105,90 @@ class Counter(enum.Enum):
     NONE = "none"
     KEPT = "affinity_kept"
     BROKEN = "affinity_broken"
+    GROUP_KEPT = "group_kept"
+    GROUP_BROKEN = "group_broken"
 
 
 @attrs.frozen
 class AcquireRule:
     path: Path
-    recency: Recency
+    recency: Recency  # on the request's own entry
+    group_recency: Recency  # on the group's entry
     choice: Choice
     write_pin: bool  # put(request_id -> chosen) into the sticky map
-    reports_previous: bool  # the outcome names the old pin
+    write_group_pin: bool  # put(group_id -> chosen) into the group map
+    reports_previous: bool  # the outcome names the pin that was read
     reports_eviction: bool  # the outcome names the key the pin write evicted
+    reports_group_eviction: bool  # ... and the group the group write evicted
     counter: Counter
 
 
+def _rule(path: Path, recency: Recency, group_recency: Recency, choice: Choice,
+          pins: str, reports: str, counter: Counter) -> AcquireRule:
+    # ``pins`` and ``reports`` are written as SPEC §10's table writes them: the maps the
+    # acquire writes (request, group) and the outcome fields it fills.
+    pin, report = pins.split(), reports.split()
+    return AcquireRule(path, recency, group_recency, choice, "request" in pin, "group" in pin,
+                       "previous" in report, "evicted" in report, "evicted_group" in report,
+                       counter)
+
+
+_NONE, _TOUCH, _DELETE = Recency.NONE, Recency.TOUCH, Recency.DELETE
 ACQUIRE_RULES: MappingProxyType[Lookup, AcquireRule] = MappingProxyType({
-    Lookup.UNKEYED: AcquireRule(Path.UNKEYED, Recency.NONE, Choice.PLACE,
-                                False, False, False, Counter.NONE),
-    Lookup.MISS: AcquireRule(Path.NEW, Recency.NONE, Choice.PLACE,
-                             True, False, True, Counter.NONE),
-    Lookup.HIT_KEEP: AcquireRule(Path.KEPT, Recency.TOUCH, Choice.STAY,
-                                 False, False, False, Counter.KEPT),
-    Lookup.HIT_BREAK: AcquireRule(Path.BROKEN, Recency.TOUCH, Choice.LEAST_LOADED,
-                                  True, True, False, Counter.BROKEN),
-    Lookup.HIT_REMOVED: AcquireRule(Path.RESELECTED, Recency.DELETE, Choice.PLACE,
-                                    True, True, False, Counter.NONE),
+    Lookup.UNKEYED: _rule(Path.UNKEYED, _NONE, _NONE, Choice.PLACE, "", "", Counter.NONE),
+    Lookup.MISS: _rule(Path.NEW, _NONE, _NONE, Choice.PLACE,
+                       "request", "evicted", Counter.NONE),
+    Lookup.HIT_KEEP: _rule(Path.KEPT, _TOUCH, _NONE, Choice.STAY, "", "", Counter.KEPT),
+    Lookup.HIT_BREAK: _rule(Path.BROKEN, _TOUCH, _NONE, Choice.LEAST_LOADED,
+                            "request", "previous", Counter.BROKEN),
+    Lookup.HIT_REMOVED: _rule(Path.RESELECTED, _DELETE, _NONE, Choice.PLACE,
+                              "request", "previous", Counter.NONE),
+    Lookup.GROUP_MISS: _rule(Path.NEW, _NONE, _NONE, Choice.PLACE,
+                             "request group", "evicted evicted_group", Counter.NONE),
+    Lookup.GROUP_KEEP: _rule(Path.GROUP_KEPT, _NONE, _TOUCH, Choice.STAY,
+                             "request", "evicted", Counter.GROUP_KEPT),
+    Lookup.GROUP_BREAK: _rule(Path.GROUP_BROKEN, _NONE, _TOUCH, Choice.LEAST_LOADED,
+                              "request group", "previous evicted", Counter.GROUP_BROKEN),
+    Lookup.GROUP_REMOVED: _rule(Path.RESELECTED, _NONE, _DELETE, Choice.PLACE,
+                                "request group", "previous evicted", Counter.NONE),
 })
 
 
 def classify(config: Config, state: State, event: Acquire) -> tuple[Lookup, str | None]:
-    """The lookup class and the pinned server (None without an entry), R-ACQ-1."""
-    if event.request_id is None:
+    """The lookup class and the pin that was read (None without one), R-ACQ-1, R-GRP-2.
+
+    A grouped acquire reads its own entry first (``fallback``; ``only`` skips it) and its
+    group's entry only when it has no own entry at all."""
+    request_id = event.request_id
+    if request_id is None:
         return Lookup.UNKEYED, None
-    pinned = pinned_server(state.sticky, event.request_id)
-    if pinned is None:
+    grouped = is_grouped(config, event)
+    own_map = not grouped or config.group_stickiness is GroupStickiness.FALLBACK
+    pinned = pinned_server(state.sticky, request_id) if own_map else None
+    if pinned is not None:
+        if pinned not in state.pool:
+            return Lookup.HIT_REMOVED, pinned
+        if keep_pin(config, state, pinned, event.context_tokens):
+            return Lookup.HIT_KEEP, pinned
+        return Lookup.HIT_BREAK, pinned
+    if not grouped:
         return Lookup.MISS, None
-    if pinned not in state.pool:
-        return Lookup.HIT_REMOVED, pinned
-    if keep_pin(config, state, pinned, event.context_tokens):
-        return Lookup.HIT_KEEP, pinned
-    return Lookup.HIT_BREAK, pinned
+    assert event.group_id is not None
+    group_pin = pinned_server(state.groups, event.group_id)
+    if group_pin is None:
+        return Lookup.GROUP_MISS, None
+    if group_pin not in state.pool:
+        return Lookup.GROUP_REMOVED, group_pin
+    if keep_group_pin(config, state, group_pin, event.context_tokens):
+        return Lookup.GROUP_KEEP, group_pin
+    return Lookup.GROUP_BREAK, group_pin
+
+
+def writes_own_pin(config: Config, event: Acquire, rule: AcquireRule) -> bool:
+    """The row's request-pin write, except that ``only`` never writes a grouped acquire's
+    own entry (R-GRP-4)."""
+    return rule.write_pin and not (config.group_stickiness is GroupStickiness.ONLY
+                                   and is_grouped(config, event))
 
 
 def config_rejection(config: Config, event: Acquire) -> Rejected | None:
@@ -152,43 +203,51 @@ def config_rejection(config: Config, event: Acquire) -> Rejected | None:
     return None
 
 
+def _recency(entries: Sticky, key: str | None, recency: Recency) -> Sticky:
+    if recency is Recency.NONE:
+        return entries
+    assert key is not None
+    return touch(entries, key) if recency is Recency.TOUCH else delete(entries, key)
+
+
 def _acquire(config: Config, state: State, event: Acquire) -> Transition:
     rejection = config_rejection(config, event)
     if rejection is not None:
         return Transition(state, rejection)
     lookup, pinned = classify(config, state, event)
     rule = ACQUIRE_RULES[lookup]
-    request_id = event.request_id
-    sticky = state.sticky
-    if rule.recency is Recency.TOUCH:
-        assert request_id is not None
-        sticky = touch(sticky, request_id)
-    elif rule.recency is Recency.DELETE:
-        assert request_id is not None
-        sticky = delete(sticky, request_id)
+    request_id, group_id = event.request_id, event.group_id
+    sticky = _recency(state.sticky, request_id, rule.recency)
+    groups = _recency(state.groups, group_id, rule.group_recency)
     if rule.choice is Choice.STAY:
         assert pinned is not None
         chosen = pinned
     elif not state.pool:
         rejected = Rejected(RejectReason.NO_SERVERS, NO_SERVERS_MESSAGE)
-        return Transition(attrs.evolve(state, sticky=sticky), rejected)
+        return Transition(attrs.evolve(state, sticky=sticky, groups=groups), rejected)
     elif rule.choice is Choice.PLACE and config.full_determinism:
         chosen = deterministic_server(config, state, event)
     else:
         chosen = least_loaded(config, state, event)
-    evicted = None
-    if rule.write_pin:
+    evicted = evicted_group = None
+    if writes_own_pin(config, event, rule):
         assert request_id is not None
         sticky, evicted = put(sticky, request_id, chosen, config.max_cache_size)
-    kept = state.affinity_kept + (rule.counter is Counter.KEPT)
-    broken = state.affinity_broken + (rule.counter is Counter.BROKEN)
+    if rule.write_group_pin:
+        assert group_id is not None
+        groups, evicted_group = put(groups, group_id, chosen, config.max_group_cache_size)
     leases = grant(state.leases, request_id, chosen) if config.lease_accounting else state.leases
     new_state = attrs.evolve(
         state, inflight=state.inflight.set(chosen, state.inflight[chosen] + 1), sticky=sticky,
-        affinity_kept=kept, affinity_broken=broken, leases=leases)
+        groups=groups, leases=leases,
+        affinity_kept=state.affinity_kept + (rule.counter is Counter.KEPT),
+        affinity_broken=state.affinity_broken + (rule.counter is Counter.BROKEN),
+        group_kept=state.group_kept + (rule.counter is Counter.GROUP_KEPT),
+        group_broken=state.group_broken + (rule.counter is Counter.GROUP_BROKEN))
     outcome = Acquired(chosen, rule.path,
                        previous=pinned if rule.reports_previous else None,
-                       evicted=evicted if rule.reports_eviction else None)
+                       evicted=evicted if rule.reports_eviction else None,
+                       evicted_group=evicted_group if rule.reports_group_eviction else None)
     return Transition(new_state, outcome)
 
 
@@ -253,8 +312,9 @@ def _remove(config: Config, state: State, event: RemoveServers) -> Transition:
 
 
 def _clear(config: Config, state: State, event: ClearStickyCache) -> Transition:
-    outcome = StickyCacheCleared(len(state.sticky), inflight_items(state))  # R-CLR-1
-    return Transition(attrs.evolve(state, sticky=()), outcome)
+    outcome = StickyCacheCleared(len(state.sticky), inflight_items(state),  # R-CLR-1
+                                 cleared_groups=len(state.groups))  # R-GRP-5
+    return Transition(attrs.evolve(state, sticky=(), groups=()), outcome)
 
 
 def _observe(config: Config, state: State, event: ObserveLoads) -> Transition:

@@ -37,6 +37,8 @@ class Path(enum.Enum):
     BROKEN = "broken"  # sticky hit on an active server, re-pinned to a least-loaded one
     RESELECTED = "reselected"  # entry pointed at a removed server: deleted, placed anew
     UNKEYED = "unkeyed"  # no request_id: placed, never pinned
+    GROUP_KEPT = "group_kept"  # conversation miss, joined its group's pin
+    GROUP_BROKEN = "group_broken"  # conversation miss, group pin broken and moved
 
 
 class ReleaseResult(enum.Enum):
@@ -56,8 +58,9 @@ class RejectReason(enum.Enum):
 class Acquired:
     server_id: str
     path: Path
-    previous: str | None = None  # the old pin, on BROKEN and RESELECTED
+    previous: str | None = None  # the pin that was read, on (GROUP_)BROKEN and RESELECTED
     evicted: str | None = None  # the request id the sticky write evicted, if any
+    evicted_group: str | None = None  # the group id the group write evicted, if any
 
 
 @attrs.frozen
@@ -75,6 +78,7 @@ class PoolChanged:
 class StickyCacheCleared:
     cleared_entries: int
     server_loads: tuple[tuple[str, int], ...]  # in-flight counts before clearing
+    cleared_groups: int = 0  # entries of the group map before clearing
 
 
 @attrs.frozen

@@ -15,12 +15,20 @@ pin ``p``:
 * dual threshold ``(abs, rel)``: keep iff ``L[p] == min(L)`` or the pool is not
   imbalanced: ``abs > 0 and max - min > abs and max > min * rel`` (integers only).
 
+:func:`keep_group_pin` (R-GRP-3) is the same decision for a group's pin, with
+``group_break_margin`` in place of the policy when it is set.
+
+:func:`placement_key` (R-GRP-6) is the id a placement hashes: the group id of a grouped
+acquire, so that under ``full_determinism`` every sibling lands where its group does, and
+the request id otherwise.
+
 :func:`least_loaded` (R-TIE-1..4) returns ``T[k]``, the ``k``-th of the servers tied at the
 minimum load in pool order: ``k = 0`` (``first``), ``tie_draw mod t`` (``draw``) or
-``stable_hash(request_id) mod t`` (``hashed``; an unkeyed request falls back to the draw).
+``stable_hash(key) mod t`` (``hashed``, ``key`` the placement key; an unkeyed request
+falls back to the draw).
 
 :func:`deterministic_server` (R-DET-2, R-DET-3) ignores load: ``pool[request_hash mod n]``
-(``caller``) or ``sorted(pool)[stable_hash(request_id) mod n]`` (``stable``).
+(``caller``) or ``sorted(pool)[stable_hash(key) mod n]`` (``stable``).
 
 :func:`needs_draw` (R-TIE-5) and :func:`needs_request_hash` (R-DET-5) say, from the
 configuration alone, whether ``step`` can read an acquire's ``tie_draw`` and
@@ -35,8 +43,9 @@ from .events import Acquire
 from .hashing import stable_hash
 from .state import State, load, loads
 
-__all__ = ["deterministic_server", "keep_band", "keep_pin", "least_loaded", "needs_draw",
-           "needs_request_hash", "tie_index", "tie_set"]
+__all__ = ["deterministic_server", "is_grouped", "keep_band", "keep_group_pin", "keep_pin",
+           "least_loaded", "needs_draw", "needs_request_hash", "placement_key", "tie_index",
+           "tie_set"]
 
 
 def keep_band(config: Config, context_tokens: int | None) -> int | None:
@@ -67,6 +76,28 @@ def keep_pin(config: Config, state: State, pinned: str, context_tokens: int | No
     return load(state, pinned) == low or not imbalanced
 
 
+def is_grouped(config: Config, event: Acquire) -> bool:
+    """Whether the acquire's group is read: group stickiness on, a group id, and a request
+    id (an unkeyed acquire is never pinned, R-GRP-2)."""
+    return config.groups and event.group_id is not None and event.request_id is not None
+
+
+def keep_group_pin(config: Config, state: State, pinned: str, context_tokens: int | None
+                   ) -> bool:
+    """Whether a group hit on the active server ``pinned`` keeps the group's pin (R-GRP-3)."""
+    margin = config.group_break_margin
+    if margin is None or config.full_determinism:
+        return keep_pin(config, state, pinned, context_tokens)
+    return load(state, pinned) <= min(loads(state)) + margin
+
+
+def placement_key(config: Config, event: Acquire) -> str | None:
+    """The id a placement hashes (R-GRP-6): the group's for a grouped acquire."""
+    if is_grouped(config, event):
+        return event.group_id
+    return event.request_id
+
+
 def tie_set(state: State) -> tuple[str, ...]:
     """The active servers at the minimum load, in pool order (R-TIE-1)."""
     low = min(loads(state))
@@ -77,8 +108,9 @@ def tie_index(config: Config, ties: int, event: Acquire) -> int:
     """Which of the ``ties`` least-loaded servers the tie-break takes."""
     if config.tie_break is TieBreak.FIRST:
         return 0
-    if config.tie_break is TieBreak.HASHED and event.request_id is not None:
-        return stable_hash(event.request_id) % ties
+    key = placement_key(config, event)
+    if config.tie_break is TieBreak.HASHED and key is not None:
+        return stable_hash(key) % ties
     return event.tie_draw % ties
 
 
@@ -90,9 +122,10 @@ def least_loaded(config: Config, state: State, event: Acquire) -> str:
 def deterministic_server(config: Config, state: State, event: Acquire) -> str:
     """The load-blind placement of ``full_determinism``; the caller checked the inputs."""
     if config.hash_mode is HashMode.STABLE:
-        assert event.request_id is not None
+        key = placement_key(config, event)
+        assert key is not None
         ordered = sorted(state.pool)
-        return ordered[stable_hash(event.request_id) % len(ordered)]
+        return ordered[stable_hash(key) % len(ordered)]
     assert event.request_hash is not None
     return state.pool[event.request_hash % len(state.pool)]
 

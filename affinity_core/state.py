@@ -12,6 +12,9 @@ The state is the legacy balancer's state made explicit (R-ST-1):
 * ``sticky``: the sticky map, least recent first (:mod:`affinity_core.sticky`); its
   entries may point at removed servers, which are invalidated lazily (R-ACQ-3);
 * ``affinity_kept`` / ``affinity_broken``: monotonic counters (R-CNT-1);
+* ``groups``: the group map, ``group_id -> server_id`` with the sticky map's LRU rules,
+  and its counters ``group_kept`` / ``group_broken``; empty and 0 unless group stickiness
+  is on (R-GRP-1, R-GRP-5);
 * ``leases``: the lease book, used only with ``lease_accounting`` (§12).
 
 Every routing rule compares the load ``L[s] = F[s] + X[s]`` (:func:`load`). States are
@@ -42,6 +45,9 @@ class State:
     affinity_kept: int = 0
     affinity_broken: int = 0
     leases: LeaseBook = attrs.field(factory=LeaseBook)
+    groups: Sticky = ()
+    group_kept: int = 0
+    group_broken: int = 0
 
 
 def load(state: State, server_id: str) -> int:

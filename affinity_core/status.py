@@ -7,7 +7,8 @@ order), ``total_inflight``, ``active_servers`` and ``registered_handles``; PR #7
 ``affinity_break_margin``, ``affinity_kept`` and ``affinity_broken``; and Affinity's own
 ``policy``, ``tie_break``, ``hash_mode``, ``full_determinism``, ``sticky_entries``,
 ``lease_accounting``, the gate's thresholds when it is configured, ``external_loads`` when
-an observation set any, and the lease counters with lease accounting. ``servers`` reports
+an observation set any, the lease counters with lease accounting, and the group map's
+size and counters with group stickiness. ``servers`` reports
 the in-flight counts ``F``, as verl does.
 """
 
@@ -46,6 +47,11 @@ def status(config: Config, state: State) -> dict[str, Any]:
     if state.external:
         out["external_loads"] = {server_id: state.external[server_id]
                                  for server_id in state.pool if server_id in state.external}
+    if config.groups:
+        out["group_stickiness"] = config.group_stickiness.value
+        out["group_entries"] = len(state.groups)
+        out["group_kept"] = state.group_kept
+        out["group_broken"] = state.group_broken
     if config.lease_accounting:
         out["unknown_leases"] = state.leases.unknown_leases
         out["stale_leases"] = state.leases.stale_leases

@@ -34,11 +34,13 @@ def _spec_table() -> list[list[str]]:
 
 
 def _code_table() -> list[list[str]]:
-    def yes(flag: bool) -> str:
-        return "yes" if flag else "no"
+    def words(**flags: bool) -> str:
+        return " ".join(name for name, flag in flags.items() if flag)
 
-    return [[lookup.value, rule.path.value, rule.recency.value, rule.choice.value,
-             yes(rule.write_pin), yes(rule.reports_previous), yes(rule.reports_eviction),
+    return [[lookup.value, rule.path.value, rule.recency.value, rule.group_recency.value,
+             rule.choice.value, words(request=rule.write_pin, group=rule.write_group_pin),
+             words(previous=rule.reports_previous, evicted=rule.reports_eviction,
+                   evicted_group=rule.reports_group_eviction),
              rule.counter.value] for lookup, rule in ACQUIRE_RULES.items()]
 
 
@@ -49,7 +51,7 @@ def test_spec_acquire_table_is_the_code_table() -> None:
 
 def test_the_table_comparison_can_fail() -> None:
     changed = _code_table()
-    changed[1][4] = "no"  # a miss that does not write its pin
+    changed[1][5] = ""  # a miss that does not write its pin
     assert _spec_table() != changed
 
 
