@@ -36,7 +36,16 @@ Built-in policy names (:func:`parse_policy`):
 * ``band-mM-TT-capC-reuse``: the same core configuration, but the simulated adapter sends
   ``c`` scaled by the pinned replica's observed reuse (``context_source = "reuse"``, see
   :func:`reuse_scaled_context`): the prompt tokens a break would throw away, as a router
-  can estimate them from vLLM's per-response ``cached_tokens``.
+  can estimate them from vLLM's per-response ``cached_tokens``;
+* ``group-only``: PR #6122's group pins (SPEC section 7.6): ``group_stickiness="only"``
+  with the legacy policy, so a prompt's samples share one replica that is never
+  reconsidered;
+* ``group-margin-N``: group pins with a band: ``group_stickiness="fallback"`` and
+  ``affinity_break_margin=N``; a sample's own pin comes first, a new sample joins its
+  group's pin while that is within ``min + N``, and both kinds of pin break as PR #7435's.
+
+Every acquire carries its trajectory's group (``g<prompt index>``); a policy without group
+stickiness never reads it (SPEC R-GRP-7), so its decisions are those without groups.
 
 Users add a policy with a table naming any core ``Config`` fields, e.g.
 ``{name = "m3", affinity_break_margin = 3}``; the core validates it.
@@ -81,11 +90,12 @@ DEFAULT_POLICIES = (
 )
 _NAME_FORMS = ("legacy, null, legacy-first, legacy-draw, legacy-hashed, margin-N, dual-ABS, "
                "dual-ABS-REL, band-mM-TT-capC, "
-               "band-mM-TT-capC-reuse, least-loaded, or a table")
+               "band-mM-TT-capC-reuse, group-only, group-margin-N, least-loaded, or a table")
 CONTEXT_SOURCES = ("prompt", "reuse")
 _TABLE_KEYS = {"name", "affinity_break_margin", "balance_abs_threshold",
                "balance_rel_threshold", "tie_break", "sticky", "max_cache_size",
-               "affinity_break_tokens", "affinity_break_band_cap", "context_source"}
+               "affinity_break_tokens", "affinity_break_band_cap", "context_source",
+               "group_stickiness", "group_break_margin", "max_group_cache_size"}
 
 
 class PolicyError(ValueError):
@@ -108,6 +118,9 @@ class PolicySpec:
     # What the adapter sends as context_tokens: the prompt length, or the prompt length
     # scaled by the pinned replica's observed reuse. The core never sees the difference.
     context_source: str = "prompt"
+    group_stickiness: str = "off"  # SPEC section 7.6
+    group_break_margin: int | None = None
+    max_group_cache_size: int = 10000
 
     def config(self, default_tie_break: str = "draw") -> Config:
         gate = None
@@ -120,6 +133,9 @@ class PolicySpec:
             tie_break=self.tie_break or default_tie_break,
             affinity_break_tokens=self.affinity_break_tokens,
             affinity_break_band_cap=self.affinity_break_band_cap,
+            group_stickiness=self.group_stickiness,
+            group_break_margin=self.group_break_margin,
+            max_group_cache_size=self.max_group_cache_size,
         )
 
     def describe(self) -> dict[str, Any]:
@@ -134,6 +150,12 @@ class PolicySpec:
             "affinity_break_tokens": self.affinity_break_tokens,
             "affinity_break_band_cap": self.affinity_break_band_cap,
             "context_source": self.context_source,
+            # Group options appear only when set, so records of earlier policies compare.
+            **({} if self.group_stickiness == "off" else {
+                "group_stickiness": self.group_stickiness,
+                "group_break_margin": self.group_break_margin,
+                "max_group_cache_size": self.max_group_cache_size,
+            }),
         }
 
 
@@ -159,6 +181,12 @@ def _from_name(name: str) -> PolicySpec:
         return PolicySpec(name=name, affinity_break_margin=margin,
                           affinity_break_tokens=tokens, affinity_break_band_cap=cap,
                           context_source="reuse" if match.group(4) else "prompt")
+    if name == "group-only":
+        return PolicySpec(name=name, group_stickiness="only")
+    match = re.fullmatch(r"group-margin-(\d+)", name)
+    if match:
+        return PolicySpec(name=name, group_stickiness="fallback",
+                          affinity_break_margin=int(match.group(1)))
     raise PolicyError(f"unknown policy {name!r}; accepted: {_NAME_FORMS}")
 
 
@@ -235,9 +263,12 @@ class Balancer:
     def state(self) -> State:
         return self.driver.state
 
-    def acquire(self, request_id: str, context_tokens: int | None = None) -> str:
-        """Route one turn; ``context_tokens`` is its prompt length (read by the band only)."""
-        outcome = self.driver.acquire(request_id if self.sticky else None, context_tokens)
+    def acquire(self, request_id: str, context_tokens: int | None = None,
+                group_id: str | None = None) -> str:
+        """Route one turn; ``context_tokens`` is its prompt length (read by the band only)
+        and ``group_id`` its prompt's group (read by group stickiness only)."""
+        outcome = self.driver.acquire(request_id if self.sticky else None, context_tokens,
+                                      group_id=group_id)
         if not isinstance(outcome, Acquired):
             raise RuntimeError(f"the core rejected the acquire of {request_id!r}: {outcome!r}")
         self.paths[outcome.path] += 1

@@ -113,6 +113,7 @@ class _Step:
         block = w.model.block_size
         shared = plan.prompt_tokens // block if w.share_prompt_prefix else 0
         group_key = -1 - plan.group
+        group_id = f"g{plan.group}"  # the prompt's samples: GRPO's uid
         context = plan.prompt_tokens
         pending = [False]  # the previous turn's release has not reached the balancer yet
         previous: str | None = None  # the replica that served the previous turn
@@ -131,7 +132,7 @@ class _Step:
             sent = context
             if reuse is not None and previous is not None:
                 sent = reuse.scaled(previous, context)
-            server = self.balancer.acquire(plan.request_id, sent)
+            server = self.balancer.acquire(plan.request_id, sent, group_id)
             request = Request(env, plan.index, group_key, shared, context, output)
             self.replicas[server].submit(request)
             self.turns += 1

@@ -63,9 +63,9 @@ SCALE_NAMES = {"calibrated": "context-band.toml's workloads",
 # The table row (PR number) -> the simulator policy that expresses it.
 ROW_POLICIES = {"7435": "margin-2", "6533": "dual-64", "7613": "legacy-draw"}
 BASELINE = "legacy"
-CLAIM_KINDS = ("identical", "faster", "slower", "null", "within", "order", "near")
+CLAIM_KINDS = ("identical", "faster", "slower", "null", "within", "order", "near", "close")
 _KEYS = {"row", "scale", "workloads", "policy", "expect", "why", "low", "high",
-         "faster_policy", "slower_policy", "reference", "points"}
+         "faster_policy", "slower_policy", "reference", "points", "other_policy"}
 
 
 class ClaimError(ValueError):
@@ -102,6 +102,7 @@ class Claim:
     slower_policy: str | None = None
     reference: str | None = None
     points: float | None = None
+    other_policy: str | None = None
 
     def text(self) -> str:
         """The claim as one readable phrase (percent and points as registered)."""
@@ -109,6 +110,8 @@ class Claim:
             return f"`{self.faster_policy}` faster than `{self.slower_policy}`"
         if self.expect == "within":
             return f"`{self.policy}` within [{self.low:+.1f}%, {self.high:+.1f}%]"
+        if self.expect == "close":
+            return f"`{self.policy}` within {self.points:.1f} pt of `{self.other_policy}`"
         if self.expect == "near":
             return (f"`{self.policy}` within {self.points:.1f} pt of its `{self.reference}` "
                     "run")
@@ -231,6 +234,13 @@ def evaluate(claim: Claim, records: Mapping[str, Mapping[str, Any]]) -> list[Out
             b = paired(record, w, str(claim.slower_policy))
             observed = f"{_pct(a.median)}% vs {_pct(b.median)}%"
             hit = a.median < b.median
+        elif claim.expect == "close":
+            _need(claim, "policy", "other_policy", "points")
+            a = paired(record, w, str(claim.policy))
+            b = paired(record, w, str(claim.other_policy))
+            gap = abs(a.median - b.median) * 100
+            observed = f"{_pct(a.median)}% vs {_pct(b.median)}% ({gap:.1f} pt)"
+            hit = gap <= float(claim.points or 0.0)
         elif claim.expect == "near":
             _need(claim, "policy", "reference", "points")
             if claim.reference not in records:
