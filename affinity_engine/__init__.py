@@ -18,6 +18,7 @@ from affinity_core.config import (
     Config,
     ConfigError,
     DualThreshold,
+    GroupStickiness,
     HashMode,
     TieBreak,
     validate_margin,
@@ -67,7 +68,7 @@ from .loads import LoadTable
 from .lru import StickyLru
 from .machine import ACQUIRE_RULES, TRANSITIONS, Lookup, Transition, classify, step
 from .policy import needs_draw, needs_request_hash
-from .state import State, initial_state
+from .state import GroupPins, State, initial_state
 from .status import VERL_STATUS_KEYS, status
 
 __all__ = [
@@ -87,6 +88,8 @@ __all__ = [
     "DualThreshold",
     "Event",
     "EventError",
+    "GroupPins",
+    "GroupStickiness",
     "HashMode",
     "LeaseBook",
     "LoadTable",

@@ -4,7 +4,9 @@ Theory of operation
 -------------------
 The engine keeps its own representation of the SPEC §3 state, built for speed: effective
 loads ``F + X`` in a segment tree (:mod:`.loads`), the sticky map as a shared write log
-(:mod:`.lru`), the lease book with native fields and the sorted pool cached. Configuration,
+(:mod:`.lru`), the group map as a second such map with its counters
+(:class:`~affinity_engine.state.GroupPins`), the lease book with native fields and the
+sorted pool cached. Configuration,
 events and outcomes are the reference's own values (:mod:`affinity_core`), so outcomes of
 the two compare with ``==``.
 
@@ -26,7 +28,7 @@ from affinity_core.config import Config
 from .leases import LeaseBook
 from .loads import LoadTable
 from .lru import StickyLru
-from .state import State
+from .state import NO_GROUPS, GroupPins, State
 
 __all__ = ["from_reference", "to_reference"]
 
@@ -43,6 +45,9 @@ def to_reference(state: State) -> affinity_core.State:
         leases=affinity_core.leases.LeaseBook(
             held=book.held, epoch=book.epoch, next_epoch=book.next_epoch,
             unknown_leases=book.unknown_leases, stale_leases=book.stale_leases),
+        groups=state.groups.lru.items(),
+        group_kept=state.groups.kept,
+        group_broken=state.groups.broken,
     )
 
 
@@ -59,4 +64,13 @@ def from_reference(config: Config, state: affinity_core.State) -> State:
         LeaseBook(book.held, book.epoch, book.next_epoch, book.unknown_leases,
                   book.stale_leases),
         state.external,
+        _groups(config, state),
     )
+
+
+def _groups(config: Config, state: affinity_core.State) -> GroupPins:
+    if not config.groups and not state.groups and not state.group_kept \
+            and not state.group_broken:
+        return NO_GROUPS  # what initial_state holds with group stickiness off
+    return GroupPins(StickyLru.from_items(config.max_group_cache_size, state.groups),
+                     state.group_kept, state.group_broken)

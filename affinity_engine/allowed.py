@@ -23,8 +23,8 @@ from __future__ import annotations
 from affinity_core.config import Config, TieBreak
 from affinity_core.events import Acquire
 
-from .machine import Lookup, _config_rejection, classify
-from .policy import deterministic_server
+from .machine import ACQUIRE_RULES, Choice, _config_rejection, classify
+from .policy import deterministic_server, keyed_deterministic_server
 from .state import State
 from .values import evolve
 
@@ -35,15 +35,26 @@ def allowed(config: Config, state: State, event: Acquire) -> frozenset[str]:
     """Servers the spec permits for this acquire (empty iff it is rejected)."""
     if _config_rejection(config, event) is not None:
         return frozenset()
-    lookup, pinned = classify(config, state, event.request_id, event.context_tokens)
-    if lookup is Lookup.HIT_KEEP:
+    grouped = config.groups and event.group_id is not None and event.request_id is not None
+    if grouped:
+        lookup, pinned = classify(config, state, event.request_id, event.context_tokens,
+                                  event.group_id)
+    else:
+        lookup, pinned = classify(config, state, event.request_id, event.context_tokens)
+    choice = ACQUIRE_RULES[lookup].choice
+    if choice is Choice.STAY:
         assert pinned is not None
         return frozenset((pinned,))
     pool = state.pool
     if len(pool) == 0:
         return frozenset()
-    if config.full_determinism and lookup is not Lookup.HIT_BREAK:
-        return frozenset((deterministic_server(config, pool, state.sorted_servers, event),))
+    if config.full_determinism and choice is Choice.PLACE:
+        sorted_servers = state.sorted_servers
+        if grouped:
+            assert event.group_id is not None
+            return frozenset((keyed_deterministic_server(config, pool, sorted_servers, event,
+                                                         event.group_id),))
+        return frozenset((deterministic_server(config, pool, sorted_servers, event),))
     return frozenset(pool.least_loaded_all())
 
 

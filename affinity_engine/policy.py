@@ -44,14 +44,15 @@ from __future__ import annotations
 
 from typing import Final, final
 
-from affinity_core.config import Config, DualThreshold, HashMode, TieBreak
+from affinity_core.config import Config, DualThreshold, GroupStickiness, HashMode, TieBreak
 from affinity_core.events import Acquire
 from affinity_core.hashing import stable_hash
 
 from .loads import LoadTable
 
-__all__ = ["Plan", "deterministic_server", "keep_band", "keep_pin", "least_loaded",
-           "needs_draw", "needs_request_hash", "plan_of", "tie_index"]
+__all__ = ["Plan", "deterministic_server", "keep_band", "keep_group_pin", "keep_pin",
+           "keyed_deterministic_server", "keyed_least_loaded", "least_loaded", "needs_draw",
+           "needs_request_hash", "plan_of", "tie_index"]
 
 # The enum members compared on the hot path, read once: in the compiled build a member
 # read on the (uncompiled) enum class is a generic attribute lookup on every call.
@@ -60,6 +61,8 @@ _DRAW: Final = TieBreak.DRAW
 _HASHED: Final = TieBreak.HASHED
 _STABLE: Final = HashMode.STABLE
 _CALLER: Final = HashMode.CALLER
+_OFF: Final = GroupStickiness.OFF
+_ONLY: Final = GroupStickiness.ONLY
 
 
 @final
@@ -73,8 +76,9 @@ class Plan:
     outcome.
     """
 
-    __slots__ = ("cap", "config", "full_determinism", "gate", "hash_mode", "lease_accounting",
-                 "margin", "tie_break", "tokens")
+    __slots__ = ("cap", "config", "full_determinism", "gate", "group_cache", "group_margin",
+                 "group_only", "groups", "hash_mode", "lease_accounting", "margin", "tie_break",
+                 "tokens")
 
     def __init__(self, config: Config) -> None:
         self.config = config  # the configuration this plan was made from (identity)
@@ -86,6 +90,11 @@ class Plan:
         self.tie_break: TieBreak = config.tie_break
         self.hash_mode: HashMode = config.hash_mode
         self.lease_accounting: bool = config.lease_accounting
+        # Group pins (R-GRP-1): ``groups`` is the one field the non-group path tests.
+        self.groups: bool = config.group_stickiness is not _OFF
+        self.group_only: bool = config.group_stickiness is _ONLY
+        self.group_margin: int | None = config.group_break_margin
+        self.group_cache: int = config.max_group_cache_size
 
 
 @final
@@ -150,6 +159,44 @@ def keep_pin(
         and high * rel.denominator > low * rel.numerator
     )
     return not imbalanced
+
+
+def keep_group_pin(
+    config: Config, pool: LoadTable, pinned: str, context_tokens: int | None = None
+) -> bool:
+    """Whether a group hit on the active server ``pinned`` keeps the group's pin (R-GRP-3):
+    the conversation's keep rule, or ``group_break_margin`` in its place when that is set
+    (never under ``full_determinism``, which always keeps)."""
+    plan = plan_of(config)
+    margin = plan.group_margin
+    if margin is None or plan.full_determinism:
+        return keep_pin(config, pool, pinned, context_tokens)
+    return pool.load(pinned) <= pool.min_load + margin
+
+
+def keyed_least_loaded(config: Config, pool: LoadTable, event: Acquire, key: str) -> str:
+    """:func:`least_loaded` hashing ``key`` (a grouped acquire's group id, R-GRP-6) instead
+    of the request id under the ``hashed`` tie-break."""
+    ties = pool.tie_count
+    mode = plan_of(config).tie_break
+    if mode is _FIRST:
+        index = 0
+    elif mode is _HASHED:
+        index = stable_hash(key) % ties
+    else:
+        index = event.tie_draw % ties
+    return pool.least_loaded(index)
+
+
+def keyed_deterministic_server(
+    config: Config, pool: LoadTable, sorted_servers: tuple[str, ...], event: Acquire, key: str
+) -> str:
+    """:func:`deterministic_server` hashing ``key`` in ``stable`` mode (R-GRP-6); in
+    ``caller`` mode ``request_hash`` is already the caller's hash of the key."""
+    if plan_of(config).hash_mode is _STABLE:
+        return sorted_servers[stable_hash(key) % len(sorted_servers)]
+    assert event.request_hash is not None
+    return pool.servers[event.request_hash % len(pool.servers)]
 
 
 def tie_index(config: Config, ties: int, event: Acquire) -> int:

@@ -13,6 +13,11 @@ The state is the legacy balancer's state made explicit (R-ST-1):
 * ``sorted_servers``: the pool sorted by id, kept for the ``stable`` hash mode; it is a
   function of ``pool`` and changes only on add/remove.
 * ``leases``: the lease book, used only with ``lease_accounting``.
+* ``groups``: the group pins (R-GRP-1, R-GRP-5), a :class:`GroupPins` holding the group
+  map ``group_id -> server_id`` (a :class:`~affinity_engine.lru.StickyLru` with the sticky
+  map's recency rules) and its counters ``group_kept`` / ``group_broken``. One field, so
+  the non-group hot path passes it along with one read; it stays empty unless group
+  stickiness is on.
 * ``external``: load the router did not send, from an :class:`ObserveLoads` event
   (R-OBS-1). Only non-zero entries are stored. ``pool`` holds *effective* loads,
   in-flight plus external, because that is what routing compares; the in-flight count
@@ -25,7 +30,7 @@ States are values: hashable, comparable, and never mutated.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import final
+from typing import Final, final
 
 from immutables import Map
 
@@ -37,11 +42,32 @@ from .loads import LoadTable
 from .lru import StickyLru
 from .values import Value, register
 
-__all__ = ["State", "initial_state"]
+__all__ = ["GroupPins", "State", "initial_state"]
 
+
+@final
+class GroupPins(Value):
+    """The group map and its counters (R-GRP-1, R-GRP-5)."""
+
+    __slots__ = ("broken", "kept", "lru")
+    __match_args__ = ("lru", "kept", "broken")
+    lru: StickyLru
+    kept: int
+    broken: int
+
+    def __init__(self, lru: StickyLru, kept: int = 0, broken: int = 0) -> None:
+        object.__setattr__(self, "lru", lru)
+        object.__setattr__(self, "kept", kept)
+        object.__setattr__(self, "broken", broken)
+
+
+register(GroupPins)
 
 _NO_LEASES = LeaseBook()
 _NO_EXTERNAL: Map[str, int] = Map()
+# The group pins of a state built without them: empty, so any capacity stands for them
+# until group stickiness writes the first pin (the machine then uses the config's).
+NO_GROUPS: Final = GroupPins(StickyLru(1))
 
 
 @final
@@ -51,13 +77,14 @@ class State(Value):
         "affinity_broken",
         "affinity_kept",
         "external",
+        "groups",
         "leases",
         "lru",
         "pool",
         "sorted_servers",
     )
     __match_args__ = ("pool", "lru", "affinity_kept", "affinity_broken", "sorted_servers",
-                      "leases", "external")
+                      "leases", "external", "groups")
     pool: LoadTable
     lru: StickyLru
     affinity_kept: int
@@ -65,6 +92,7 @@ class State(Value):
     sorted_servers: tuple[str, ...]
     leases: LeaseBook
     external: Map[str, int]
+    groups: GroupPins
 
     def __init__(
         self,
@@ -75,6 +103,7 @@ class State(Value):
         sorted_servers: tuple[str, ...] = (),
         leases: LeaseBook = _NO_LEASES,
         external: Map[str, int] = _NO_EXTERNAL,
+        groups: GroupPins = NO_GROUPS,
     ) -> None:
         object.__setattr__(self, "pool", pool)
         object.__setattr__(self, "lru", lru)
@@ -83,6 +112,7 @@ class State(Value):
         object.__setattr__(self, "sorted_servers", sorted_servers)
         object.__setattr__(self, "leases", leases)
         object.__setattr__(self, "external", external)
+        object.__setattr__(self, "groups", groups)
 
     def inflight(self, server_id: str) -> int:
         """The router's own in-flight count (0 for an inactive server)."""
@@ -134,4 +164,5 @@ def initial_state(config: Config, servers: Iterable[str] = ()) -> State:
         lru=StickyLru(config.max_cache_size),
         sorted_servers=tuple(sorted(ids)),
         leases=leases,
+        groups=GroupPins(StickyLru(config.max_group_cache_size)) if config.groups else NO_GROUPS,
     )

@@ -7,8 +7,10 @@ Theory of operation
 #7435's ``affinity_break_margin``, ``affinity_kept`` and ``affinity_broken``; and
 Affinity's own ``policy``, ``tie_break``, ``hash_mode``, ``full_determinism``,
 ``sticky_entries`` and, with lease accounting, ``unknown_leases`` and ``stale_leases``;
-``external_loads`` when an :class:`~affinity_engine.events.ObserveLoads` set any. The
-``servers`` counts are the router's own in-flight counts, as in verl.
+the group fields (``group_stickiness``, ``group_entries``, ``group_kept``,
+``group_broken``) when group stickiness is on; ``external_loads`` when an
+:class:`~affinity_engine.events.ObserveLoads` set any. The ``servers`` counts are the
+router's own in-flight counts, as in verl.
 """
 
 from __future__ import annotations
@@ -47,6 +49,11 @@ def status(config: Config, state: State) -> dict[str, Any]:
     if state.external:
         out["external_loads"] = {s: state.external[s] for s in state.pool.servers
                                  if s in state.external}
+    if config.groups:
+        out["group_stickiness"] = config.group_stickiness.value
+        out["group_entries"] = len(state.groups.lru)
+        out["group_kept"] = state.groups.kept
+        out["group_broken"] = state.groups.broken
     if config.lease_accounting:
         out["unknown_leases"] = state.leases.unknown_leases
         out["stale_leases"] = state.leases.stale_leases

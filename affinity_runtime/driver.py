@@ -17,14 +17,18 @@ tallies.
   one call at a time, the router runs on its event loop, the simulator is a loop), and
   ``step`` neither blocks nor yields, so no lock is needed.
 * **Acquire events.** :meth:`~RoutingDriver.acquire` builds ``Acquire(request_id,
-  tie_draw, request_hash, context_tokens)`` with the engine's fast builder. It calls the
-  draw source only where the core can read the draw (:func:`affinity_engine.needs_draw`,
-  SPEC R-TIE-5), passing the size of the tie set, and the hash source only where the core
-  can read the hash (:func:`affinity_engine.needs_request_hash`, R-DET-5), and then only
-  for a string id. Elsewhere the event carries ``0`` and ``None``. Where a draw is made is
-  therefore the core's rule, not each user's. How it is made is the user's choice:
-  :func:`seeded_draw` mirrors verl 0.9.1's ``random.choice``, and the router and the
-  simulator pass their own seeded sources, so their runs stay reproducible per seed.
+  tie_draw, request_hash, context_tokens, group_id)`` with the engine's fast builder. It
+  calls the draw source only where the core can read the draw
+  (:func:`affinity_engine.needs_draw`, SPEC R-TIE-5), passing the size of the tie set,
+  and the hash source only where the core can read the hash
+  (:func:`affinity_engine.needs_request_hash`, R-DET-5), and then only for a string id;
+  what it hashes is the acquire's placement key
+  (:func:`affinity_core.policy.placement_key`): the group id of a grouped acquire, so
+  every sibling of a group lands on the same server (R-GRP-6), else the request id.
+  Elsewhere the event carries ``0`` and ``None``. Where a draw is made is therefore the
+  core's rule, not each user's. How it is made is the user's choice: :func:`seeded_draw`
+  mirrors verl 0.9.1's ``random.choice``, and the router and the simulator pass their
+  own seeded sources, so their runs stay reproducible per seed.
 * **Releases.** A release without a request id is one ``Release(server_id)`` value per
   active server, built once and reused (events are values). The cache holds only servers
   that were in the pool and forgets a server when it is removed.
@@ -61,6 +65,7 @@ from typing import Any, cast
 
 import attrs
 
+from affinity_core.policy import placement_key
 from affinity_engine import (
     Acquire,
     Acquired,
@@ -99,7 +104,8 @@ TieDraw = Callable[[int], int]
 >= 0. The core takes it modulo the tie count (R-TIE-3)."""
 
 RequestHash = Callable[[str], int]
-"""The caller's hash of a request id, for ``hash_mode = "caller"`` (R-DET-2)."""
+"""The caller's hash of an acquire's placement key (its request id, or its group id when
+it is grouped), for ``hash_mode = "caller"`` (R-DET-2, R-GRP-6)."""
 
 # needs_draw asks only whether an acquire has a request id, not which one.
 _KEYED = "keyed"
@@ -136,7 +142,7 @@ class Lease:
 
     server_id: str
     request_id: str | None
-    path: str  # the acquire's Path value: kept, new, broken, reselected or unkeyed
+    path: str  # the acquire's Path value: kept, new, broken, reselected, unkeyed, group_*
     released: bool = False
 
 
@@ -154,6 +160,7 @@ class RoutingDriver:
         self._draw = draw
         self._hash = request_hash
         self._needs_hash = needs_request_hash(config)
+        self._groups = config.groups  # whether an acquire's group id is read at all
         self._log: DecisionLogWriter | None = None
         self._required = False
         self._releases: dict[str, Release] = {}
@@ -235,25 +242,35 @@ class RoutingDriver:
             raise DecisionLogUnavailable(log.problem)
         return transition.outcome
 
-    def acquire(self, request_id: str | None, context_tokens: int | None = None
-                ) -> Acquired | Rejected:
+    def acquire(self, request_id: str | None, context_tokens: int | None = None,
+                group_id: str | None = None) -> Acquired | Rejected:
         """Route one request (``request_id`` None: unkeyed). ``context_tokens`` rides on
-        the event as given; only the context band reads it. A malformed field raises the
-        core's ``EventError`` before anything changes."""
-        if context_tokens is None and request_id is not None:
+        the event as given; only the context band reads it. ``group_id`` rides on it with
+        group stickiness on; with it off the core never reads a group (R-GRP-1), so it is
+        left out: the event, its log record and the hot path are those of a caller that
+        sends none. A malformed field raises the core's ``EventError`` before anything
+        changes."""
+        if not self._groups:
+            group_id = None
+        if context_tokens is None and group_id is None and request_id is not None:
             return cast(_AcquireOutcome, self.acquire_keyed(request_id))
-        return cast(_AcquireOutcome, self._acquire_event(request_id, context_tokens))
+        return cast(_AcquireOutcome,
+                    self._acquire_event(request_id, context_tokens, group_id))
 
-    def _acquire_event(self, request_id: str | None, context_tokens: int | None) -> Outcome:
-        """An acquire with its draw, hash and context, through :meth:`apply`."""
+    def _acquire_event(self, request_id: str | None, context_tokens: int | None,
+                       group_id: str | None = None) -> Outcome:
+        """An acquire with its draw, hash, context and group, through :meth:`apply`."""
         draw = 0
         if needs_draw(self.config, request_id):
             pool = self.state.pool
             draw = self._draw(pool.tie_count if len(pool) else 0)
-        request_hash = None
-        if self._needs_hash and isinstance(request_id, str):
-            request_hash = self._hash(request_id)
-        return self.apply(acquire_event(request_id, draw, request_hash, context_tokens))
+        event = acquire_event(request_id, draw, None, context_tokens, group_id)
+        if self._needs_hash:
+            key = placement_key(self.config, event)  # the group id of a grouped acquire
+            if isinstance(key, str):
+                event = acquire_event(request_id, draw, self._hash(key), context_tokens,
+                                      group_id)
+        return self.apply(event)
 
     def acquire_keyed(self, request_id: str) -> Outcome:
         """:meth:`acquire` of a keyed request without a context: the hot path of verl's
@@ -281,10 +298,10 @@ class RoutingDriver:
             return cast(Released, self.apply(event))
         return cast(Released, self.apply(release_event(server_id, request_id)))
 
-    def lease(self, request_id: str | None, context_tokens: int | None = None
-              ) -> Lease | Rejected:
+    def lease(self, request_id: str | None, context_tokens: int | None = None,
+              group_id: str | None = None) -> Lease | Rejected:
         """:meth:`acquire`, held as a :class:`Lease` (counted in :attr:`held`)."""
-        outcome = self.acquire(request_id, context_tokens)
+        outcome = self.acquire(request_id, context_tokens, group_id)
         if isinstance(outcome, Rejected):
             return outcome
         server_id = outcome.server_id
@@ -324,7 +341,7 @@ class RoutingDriver:
         return outcome
 
     def clear_sticky_cache(self) -> StickyCacheCleared:
-        """Empty the sticky map; counts and the affinity counters are kept."""
+        """Empty the sticky map and the group map; counts and counters are kept."""
         outcome = self.apply(ClearStickyCache())
         assert isinstance(outcome, StickyCacheCleared), outcome
         return outcome
