@@ -112,7 +112,8 @@ class Checker:
     # ------------------------------------------------------------- one unit
     def case(self, case: Case) -> CaseResult:
         """Replay one vector (seeding Python's ``random`` and restoring it afterwards)."""
-        missing = frozenset(set(case.features) - self.impl.features)
+        missing = frozenset(self.impl.notes.get(f, f)
+                            for f in set(case.features) - self.impl.features)
         if missing:
             return CaseResult("unsupported", missing=missing)
         saved = random.getstate()
@@ -248,6 +249,8 @@ def _family_features(family: Family) -> set[str]:
         needed.add("observe_loads")
     if family.contexts:  # acquires carry context_tokens even where the band is off
         needed.add("context_band")
+    if None in family.groups:  # keyed acquires without a group id (R-GRP-7)
+        needed.add("group_optional")
     return needed
 
 

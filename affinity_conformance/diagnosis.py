@@ -293,6 +293,8 @@ _FIELD_REQUIREMENTS = {
     "sticky_entries": ["R-LRU-3", "R-LRU-5"], "registered_handles": ["R-STAT-1", "R-POOL-1"],
     "unknown_leases": ["R-LEASE-3", "R-LEASE-6"], "stale_leases": ["R-LEASE-3", "R-LEASE-6"],
     "external_loads": ["R-OBS-2"], "affinity_break_margin": ["R-STAT-1"],
+    "group_entries": ["R-GRP-4", "R-LRU-3"], "group_kept": ["R-GRP-5"],
+    "group_broken": ["R-GRP-5"], "cleared_groups": ["R-GRP-5"],
 }
 
 

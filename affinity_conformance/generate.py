@@ -151,6 +151,8 @@ def _family_requirements(suite: str, config: Config) -> list[str]:
         "margin": ["R-KEEP-1", "R-BREAK-1", "R-SKEW-1"], "ties": ["R-TIE-3", "R-TIE-4"],
         "dual_threshold": ["R-GATE-1"], "unkeyed": ["R-ACQ-8"],
         "leases": ["R-LEASE-3", "R-LEASE-5"], "observations": ["R-OBS-1", "R-OBS-2", "R-OBS-3"],
+        "group": ["R-GRP-2", "R-GRP-3", "R-GRP-4", "R-GRP-5", "R-GRP-7"]
+                 + (["R-GRP-8"] if config.group_stickiness.value == "only" else []),
     }
     return common + extra.get(suite, [])
 

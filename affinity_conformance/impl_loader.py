@@ -32,6 +32,15 @@ signatures:
    must declare ``"prompt_ids"`` (verl 0.9.1's client then sends the prompt's token ids,
    whose length is ``c``) or ``"context_tokens"`` (the count itself) in
    ``require_acquire_fields()`` -- the same declaration verl's own client reads.
+   ``group_pins`` needs ``group_stickiness="only"`` accepted (with ``max_group_cache_size``
+   equal to ``max_cache_size``) *and* an ``acquire_server`` that takes
+   ``request_group_id`` (PR #6122's call shape, which is how a grouped acquire is
+   delivered); ``group_fallback``, ``group_margin`` and ``group_cache_size`` need, on top,
+   ``"fallback"``, an integer ``group_break_margin`` and a group map of another size than
+   the sticky map; ``group_optional`` needs such an instance to route a keyed acquire
+   without a group id (R-GRP-7; PR #6122's class refuses one). When only half of
+   ``group_pins`` is there, :attr:`Impl.notes` says which half is missing, and the report
+   names it instead of the bare feature.
 
 A case needing an unsupported feature is reported ``unsupported``, never run, so a class
 without a margin is told "unsupported", not crashed. Every failure here is a
@@ -54,14 +63,17 @@ import attrs
 
 from affinity_engine import Config, HashMode, TieBreak
 
-__all__ = ["CONTEXT_FIELDS", "CONVENTIONS", "REQUIRED_METHODS", "Impl", "ImplError",
-           "context_field", "declared_acquire_fields", "load_impl"]
+__all__ = ["CONTEXT_FIELDS", "CONVENTIONS", "GROUP_FIELD", "REQUIRED_METHODS", "Impl",
+           "ImplError", "context_field", "declared_acquire_fields", "load_impl",
+           "takes_group_id"]
 
 CONVENTIONS = ("auto", "verl", "pr7435", "kwargs", "yaml")
 REQUIRED_METHODS = ("acquire_server", "release_server", "add_servers", "remove_servers",
                     "clear_sticky_cache", "get_status")
 _PROBE_SERVERS = ("p0", "p1")
 CONTEXT_FIELDS = ("prompt_ids", "context_tokens")  # acquire fields that carry the band's c
+GROUP_FIELD = "request_group_id"  # PR #6122's acquire keyword carrying the group id
+_GROUP_PROBE_CACHE = 8  # a probe's max_cache_size (and, but for group_cache_size, group's)
 
 
 # File name endings of implementations `affinity check` cannot load (it imports Python).
@@ -149,6 +161,8 @@ class Impl:
     gate_style: str | None  # "balance" (balance_*_threshold kwargs), "object", or None
     accepts_tie_break: bool
     release_takes_request_id: bool
+    # feature -> why it is missing, where a bare feature name would not say (group_pins)
+    notes: Mapping[str, str] = attrs.field(factory=dict)
 
     # ------------------------------------------------------------------ building
     def options_for(self, config: Config, tie_break: str | None) -> dict[str, Any]:
@@ -176,6 +190,11 @@ class Impl:
             options["lease_accounting"] = True
         if tie_break is not None and self.accepts_tie_break:
             options["tie_break"] = tie_break
+        if config.groups:
+            options["group_stickiness"] = config.group_stickiness.value
+            if config.group_break_margin is not None:
+                options["group_break_margin"] = config.group_break_margin
+            options["max_group_cache_size"] = config.max_group_cache_size
         return options
 
     def build(self, servers: list[str], options: Mapping[str, Any]) -> Any:
@@ -237,6 +256,15 @@ def _server_of(result: Any) -> Any:
     return result[0] if isinstance(result, tuple) and result else result
 
 
+def takes_group_id(method: Callable[..., Any]) -> bool:
+    """Whether ``acquire_server`` takes ``request_group_id`` (by name or ``**kwargs``)."""
+    try:
+        params = inspect.signature(method).parameters
+    except (TypeError, ValueError):
+        return False
+    return GROUP_FIELD in params or any(p.kind is p.VAR_KEYWORD for p in params.values())
+
+
 def _takes_request_id(method: Callable[..., Any]) -> bool:
     try:
         params = inspect.signature(method).parameters
@@ -284,10 +312,12 @@ def load_impl(spec: str, convention: str = "auto") -> Impl:
     allowed_options = {"verl": {"full_determinism"},
                        "pr7435": {"full_determinism", "affinity_break_margin"}}.get(chosen)
 
-    def accepts(**options: Any) -> bool:
+    def accepts(instance: bool = False, **options: Any) -> Any:
+        """Whether a construction with ``options`` succeeds (the instance if asked)."""
         if allowed_options is not None and not set(options) <= allowed_options:
-            return False
-        return _try(factory, style, spec, options) is not None
+            return None if instance else False
+        built = _try(factory, style, spec, options)
+        return built if instance else built is not None
 
     features: set[str] = set()
     if accepts(affinity_break_margin=1):
@@ -321,5 +351,50 @@ def load_impl(spec: str, convention: str = "auto") -> Impl:
     probe = _try(factory, style, spec, {})
     if probe is not None and _probe_unkeyed(probe):
         features.add("unkeyed")
+    notes = _group_features(accepts, base, features)
     return Impl(spec, factory, style if chosen in ("kwargs", "yaml") else chosen,
-                frozenset(features), gate_style, accepts_tie_break, release_rid)
+                frozenset(features), gate_style, accepts_tie_break, release_rid, notes)
+
+
+def _routes_without_group(accepts: Callable[..., Any], size: int) -> bool:
+    """Whether an instance with group stickiness routes a keyed acquire without a group id."""
+    instance = accepts(max_cache_size=size, group_stickiness="only",
+                       max_group_cache_size=size, instance=True)
+    if instance is None:
+        return False
+    try:
+        instance.acquire_server(request_id="probe-without-group")
+    except Exception:
+        return False
+    return True
+
+
+def _group_features(accepts: Callable[..., Any], base: Any, features: set[str]
+                    ) -> dict[str, str]:
+    """Add the group features ``base``'s class has; the notes on a half-present one."""
+    size = _GROUP_PROBE_CACHE
+
+    def grouped(stickiness: str, **more: Any) -> bool:
+        return bool(accepts(max_cache_size=size, group_stickiness=stickiness,
+                            **{"max_group_cache_size": size, **more}))
+
+    constructs = grouped("only")
+    delivers = takes_group_id(base.acquire_server)
+    if constructs and not delivers:
+        return {"group_pins": "group_pins: acquire_server takes no request_group_id (PR "
+                              "#6122's call shape), so no group id can reach it"}
+    if delivers and not constructs:
+        return {"group_pins": "group_pins: the constructor refuses group_stickiness='only' "
+                              "with max_group_cache_size = max_cache_size"}
+    if not constructs:
+        return {}
+    features.add("group_pins")
+    if _routes_without_group(accepts, size):
+        features.add("group_optional")
+    if grouped("fallback"):
+        features.add("group_fallback")
+    if grouped("only", group_break_margin=1):
+        features.add("group_margin")
+    if grouped("only", max_group_cache_size=size // 2):
+        features.add("group_cache_size")
+    return {}

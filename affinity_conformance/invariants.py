@@ -29,6 +29,7 @@ import attrs
 from affinity_core.config import Config
 from affinity_core.events import Acquire, Event, Release
 from affinity_core.outcomes import Acquired, Path, Rejected, Released, ReleaseResult
+from affinity_engine.codec import state_to_json
 from affinity_engine.machine import Transition
 from affinity_engine.state import State
 from affinity_engine.values import evolve
@@ -115,19 +116,30 @@ def within_band(config: Config, pre: State, t: Transition, event: Event | None =
     if not isinstance(o, Acquired) or band is None:
         return True
     if config.full_determinism:
-        return o.path is not Path.BROKEN
+        return o.path not in _BREAKS
     low = pre.pool.min_load
     if o.path is Path.KEPT:
         return pre.pool.load(o.server_id) <= low + band
+    if o.path is Path.GROUP_KEPT:  # R-GRP-3: the group's own margin, when it has one
+        margin = config.group_break_margin
+        return pre.pool.load(o.server_id) <= low + (band if margin is None else margin)
     return pre.pool.load(o.server_id) == low
+
+
+_BREAKS = (Path.BROKEN, Path.GROUP_BROKEN)
+
+
+def group_pins(state: State) -> list[tuple[str, str]]:
+    """The group map (R-GRP-4), least recent first, as the codec writes it."""
+    return [(g, s) for g, s in state_to_json(state).get("groups", [])]
 
 
 def placement_is_argmin(config: Config, pre: State, t: Transition) -> bool:
     """R-PLACE-1: new, unkeyed, re-selected and broken placements land on a minimum."""
     o = t.outcome
-    if not isinstance(o, Acquired) or o.path is Path.KEPT:
+    if not isinstance(o, Acquired) or o.path in (Path.KEPT, Path.GROUP_KEPT):
         return True
-    if config.full_determinism and o.path is not Path.BROKEN:
+    if config.full_determinism and o.path not in _BREAKS:
         return True
     return pre.pool.load(o.server_id) == pre.pool.min_load
 
@@ -135,8 +147,12 @@ def placement_is_argmin(config: Config, pre: State, t: Transition) -> bool:
 def break_moves(pre: State, t: Transition) -> bool:
     """R-BREAK-1: a break re-pins to a different server and records it as most recent."""
     o = t.outcome
-    if not isinstance(o, Acquired) or o.path is not Path.BROKEN:
+    if not isinstance(o, Acquired) or o.path not in _BREAKS:
         return True
+    if o.path is Path.GROUP_BROKEN:  # R-GRP-4: the group is re-pinned, most recent
+        pins = group_pins(t.state)
+        return (o.previous is not None and o.server_id != o.previous and bool(pins)
+                and pins[-1][1] == o.server_id)
     return (
         o.previous is not None
         and o.server_id != o.previous
@@ -145,8 +161,11 @@ def break_moves(pre: State, t: Transition) -> bool:
     )
 
 
-def acquire_effect(pre: State, event: Event, t: Transition) -> bool:
-    """R-ACQ-7: exactly one count +1; a keyed request ends pinned (MRU) to the choice."""
+def acquire_effect(pre: State, event: Event, t: Transition,
+                   config: Config | None = None) -> bool:
+    """R-ACQ-7: exactly one count +1; a keyed request ends pinned (MRU) to the choice --
+    except a grouped acquire under "only", which leaves the sticky map alone and ends with
+    its group pinned (MRU) to the choice instead (R-GRP-4)."""
     o = t.outcome
     if not isinstance(o, Acquired):
         return True
@@ -157,6 +176,11 @@ def acquire_effect(pre: State, event: Event, t: Transition) -> bool:
     assert isinstance(event, Acquire)
     if event.request_id is None:
         return t.state.lru.items() == pre.lru.items()
+    if (config is not None and config.group_stickiness.value == "only"
+            and event.group_id is not None):
+        pins = group_pins(t.state)
+        return (t.state.lru.items() == pre.lru.items() and bool(pins)
+                and pins[-1] == (event.group_id, o.server_id))
     return t.state.lru.items()[-1] == (event.request_id, o.server_id)
 
 
@@ -173,6 +197,15 @@ def rejection_preserves_state(pre: State, t: Transition) -> bool:
         return True
     if t.state == pre:
         return True
+    if t.state.lru.items() == pre.lru.items():  # a stale group entry (R-GRP-2, step 4)
+        before, after = group_pins(pre), group_pins(t.state)
+        gone_groups = set(before) - set(after)
+        return (
+            evolve(t.state, groups=pre.groups) == pre
+            and len(gone_groups) == 1
+            and next(iter(gone_groups))[1] not in pre.pool
+            and set(after) <= set(before)
+        )
     gone = set(pre.lru.items()) - set(t.state.lru.items())
     return (
         evolve(t.state, lru=pre.lru) == pre
@@ -209,7 +242,7 @@ def step_invariants(config: Config, pre: State, event: Event, t: Transition) -> 
         "within_band": within_band(config, pre, t, event),
         "placement_is_argmin": placement_is_argmin(config, pre, t),
         "break_moves": break_moves(pre, t),
-        "acquire_effect": acquire_effect(pre, event, t),
+        "acquire_effect": acquire_effect(pre, event, t, config),
         "counters_monotonic": counters_monotonic(pre, t),
         "rejection_preserves_state": rejection_preserves_state(pre, t),
         "no_starvation": no_starvation(config, pre, t, event),

@@ -30,8 +30,14 @@ the way verl 0.9.1's client sends declared fields: only when the instance lists 
 ``c`` token ids (a list up to :data:`PROMPT_LIST_LIMIT` ids, beyond that a ``range``, so a
 huge ``c`` costs no memory; only its length means anything), ``"context_tokens"`` the count.
 
+An acquire that carries a ``group_id`` (SPEC section 7.6) reaches the implementation in PR
+#6122's call shape, ``acquire_server(request_id=..., request_group_id=group_id)``; one
+without is called exactly as before. An implementation whose ``acquire_server`` refuses
+the keyword is told so in words (R-GRP-2), not with a traceback.
+
 Under ``full_determinism`` with ``hash_mode="caller"`` the core's ``request_hash`` is
-``hash(request_id)`` computed in this process -- the same process and the same salt the
+``hash(placement key)`` -- ``hash(request_id)``, or a grouped acquire's ``hash(group_id)``
+(R-GRP-6), computed in this process: the same process and the same salt the
 implementation's own ``hash()`` uses (verl 0.9.1 and Affinity's adapter both hash this
 way). The recorded ``request_hash`` of a vector is therefore ignored for implementations.
 
@@ -46,6 +52,7 @@ from typing import Any
 
 import attrs
 
+from affinity_core.policy import placement_key
 from affinity_engine import (
     NO_SERVERS_MESSAGE,
     Acquire,
@@ -78,7 +85,8 @@ from .diagnosis import (
     explain_state_change,
     note_repin,
 )
-from .impl_loader import Impl, context_field
+from .impl_loader import GROUP_FIELD, Impl, context_field
+from .invariants import group_pins
 
 __all__ = ["COMPARED_STATUS_KEYS", "PROMPT_LIST_LIMIT", "Divergence", "Lockstep",
            "acquire_extra", "oracle_config"]
@@ -87,8 +95,12 @@ PROMPT_LIST_LIMIT = 1 << 20  # token ids sent as a real list (8 MiB); longer: a 
 
 COMPARED_STATUS_KEYS = ("servers", "total_inflight", "active_servers", "registered_handles",
                         "affinity_kept", "affinity_broken", "affinity_break_margin",
-                        "sticky_entries", "unknown_leases", "stale_leases", "external_loads")
+                        "sticky_entries", "unknown_leases", "stale_leases", "external_loads",
+                        "group_entries", "group_kept", "group_broken")
 _ALWAYS = ("servers", "total_inflight", "active_servers")
+# The group map's status (R-GRP-5): compared where both the spec (group stickiness on) and
+# the implementation report it.
+_GROUP_STATUS = ("group_entries", "group_kept", "group_broken")
 
 
 @attrs.frozen
@@ -174,7 +186,7 @@ class Lockstep:
         config, pre = self.config, self.state
         if (config.full_determinism and config.hash_mode is HashMode.CALLER
                 and event.request_id is not None):
-            event = evolve(event, request_hash=hash(event.request_id))
+            event = evolve(event, request_hash=hash(placement_key(config, event)))
         if config.tie_break is not TieBreak.DRAW:
             event = evolve(event, tie_draw=0)
         self.current = event
@@ -182,6 +194,8 @@ class Lockstep:
         permitted = [s for s, _ in pre.pool.items() if s in permitted_set]
         try:
             extra = acquire_extra(self._context_field, event.context_tokens)
+            if event.group_id is not None:
+                extra[GROUP_FIELD] = event.group_id
             result: Any = self.instance.acquire_server(request_id=event.request_id, **extra)
             chosen, raised = _server_of(result), None
         except Exception as exc:
@@ -217,8 +231,16 @@ class Lockstep:
             words, reqs = explain_acquire(config, pre, event, chosen if raised is None else None,
                                           permitted, reference if exact else None,
                                           self._evicted, self._repinned)
+            if _reads_group(config, pre, event):
+                words, reqs = _explain_group(pre, event, t.outcome, words, reqs)
             if raised is not None:
                 words += f" (IMPL raised {type(raised).__name__}: {raised})"
+                if event.group_id is not None and _refused_group_field(raised):
+                    words = (f"acquire_server does not take {GROUP_FIELD} (PR #6122's call "
+                             f"shape, acquire_server(request_id, {GROUP_FIELD}=...)), so the "
+                             f"group id {event.group_id!r} cannot reach it: "
+                             f"{type(raised).__name__}: {raised}")
+                    reqs = ["R-GRP-2"]
             return self._divergence(words, reqs)
         if not exact:
             self.random_ties += chosen != reference
@@ -269,8 +291,11 @@ class Lockstep:
                                     "accepts every such event", _requirements_for(op))
         t = step(self.config, self.state, event)
         if isinstance(t.outcome, StickyCacheCleared):
-            expected = {"cleared_entries": t.outcome.cleared_entries,
-                        "server_loads": [list(p) for p in t.outcome.server_loads]}
+            expected: dict[str, Any] = {
+                "cleared_entries": t.outcome.cleared_entries,
+                "server_loads": [list(p) for p in t.outcome.server_loads]}
+            if isinstance(result, Mapping) and "cleared_groups" in result:  # R-GRP-5
+                expected["cleared_groups"] = t.outcome.cleared_groups
             if not isinstance(result, Mapping):
                 return self._divergence(f"clear_sticky_cache returned {result!r}, expected a "
                                         f"dict like {expected}", ["R-CLR-1"])
@@ -297,6 +322,8 @@ class Lockstep:
                 continue
             if key == "external_loads" and key not in spec and not observed.get(key):
                 continue
+            if key in _GROUP_STATUS and key not in spec:
+                continue
             got, want = _as_pairs(observed.get(key)), _as_pairs(spec.get(key))
             if got == want:
                 continue
@@ -322,6 +349,33 @@ def acquire_extra(field: str | None, context_tokens: int | None) -> dict[str, An
     ids: Sequence[int] = ([0] * context_tokens if context_tokens <= PROMPT_LIST_LIMIT
                           else range(context_tokens))
     return {field: ids}
+
+
+def _reads_group(config: Config, pre: State, event: Acquire) -> bool:
+    """Whether the spec decided ``event`` by the group map (R-GRP-2)."""
+    if not (config.groups and event.group_id is not None and event.request_id is not None):
+        return False
+    return config.group_stickiness.value == "only" or pre.lru.peek(event.request_id) is None
+
+
+def _explain_group(pre: State, event: Acquire, outcome: Acquired, words: str,
+                   reqs: Sequence[str]) -> tuple[str, list[str]]:
+    """The group's side of a diverging grouped acquire: its pin and the spec's path."""
+    pins = dict(group_pins(pre))
+    pin = pins.get(str(event.group_id))
+    where = (f"group {event.group_id!r} is pinned to {pin}" if pin is not None
+             else f"group {event.group_id!r} has no group pin")
+    if pin is not None and pin not in pre.pool:
+        where += " (a removed server: the entry is deleted and the sibling re-placed)"
+    order = ", ".join(pins) or "empty"
+    head = words.split(": ", 1)[0]
+    return (f"{head}: {where}; the spec's path is {outcome.path.value} (group map, least "
+            f"recent first: {order}; loads {dict(pre.pool.items())})",
+            ["R-GRP-2", "R-GRP-4", *reqs])
+
+
+def _refused_group_field(raised: BaseException) -> bool:
+    return isinstance(raised, TypeError) and GROUP_FIELD in str(raised)
 
 
 def _with_choice(pool: LoadTable, event: Acquire, chosen: object) -> Acquire:

@@ -75,6 +75,7 @@ __all__ = [
     "load_pr",
     "load_pr_class",
     "pr5399",
+    "pr6122_group",
     "pr6122_group_no_group",
     "pr6122_group_per_request",
     "pr6122_request",
@@ -117,7 +118,8 @@ PR_CLASSES: Final[Mapping[str, PrClass]] = {
                 "get_status read from _inflight_requests; no add/remove/clear (raise)"),
         PrClass("pr6122", "#6122", "verl/experimental/agent_loop/load_balance.py",
                 "GroupStickyLoadBalancer",
-                "shim as #5399, acquire passes request_group_id (None, or the request id)"),
+                "shim as #5399; acquire passes request_group_id (the harness's group id, None, "
+                "or the request id); group options accepted only as R-GRP-8's configuration"),
         PrClass("pr6533", "#6533", "verl/workers/rollout/llm_server.py",
                 "GlobalRequestLoadBalancer",
                 "balance_rel_threshold given as a float (verl's YAML type); no "
@@ -519,6 +521,34 @@ def _pr6122(name: str, servers: Mapping[str, Any], options: Mapping[str, Any],
     if not isinstance(cls, type):
         raise PrClassesUnavailable(f"pr6122: {base.path} defines no class {name}")
     return ApiShim(entry, cls(list(servers), **options), ids_api=True, group_of=group_of)
+
+
+def pr6122_group(servers: Mapping[str, Any], **options: Any) -> Any:
+    """PR #6122's ``GroupStickyLoadBalancer`` driven with group ids: ``affinity check``'s
+    ``request_group_id`` is passed through as the PR's own callers pass it.
+
+    The class takes no group option: it *is* one configuration, R-GRP-8's
+    (``group_stickiness="only"``, ``max_group_cache_size = max_cache_size``, no
+    ``group_break_margin``). Those options are therefore accepted exactly when they name
+    that configuration and dropped before the class is called; any other value raises
+    ``TypeError`` naming it, as an unknown keyword would, so the feature is reported
+    unsupported."""
+    rest = dict(options)
+    stickiness = rest.pop("group_stickiness", "only")
+    margin = rest.pop("group_break_margin", None)
+    size = rest.pop("max_group_cache_size", rest.get("max_cache_size"))
+    if stickiness != "only":
+        raise TypeError(f"pr6122_group: group_stickiness={stickiness!r}: PR #6122's class "
+                        "is group_stickiness 'only' (R-GRP-8)")
+    if margin is not None:
+        raise TypeError(f"pr6122_group: group_break_margin={margin!r}: PR #6122's class "
+                        "never reconsiders a group pin (accepted: None)")
+    if size is not None and size != rest.get("max_cache_size", size):
+        raise TypeError(f"pr6122_group: max_group_cache_size={size!r}: PR #6122's group map "
+                        f"is max_cache_size={rest.get('max_cache_size')!r} entries")
+    if "max_cache_size" not in rest and size is not None:
+        rest["max_cache_size"] = size
+    return _pr6122("GroupStickyLoadBalancer", servers, rest, None)
 
 
 def pr6122_request(servers: Mapping[str, Any], **options: Any) -> Any:

@@ -112,11 +112,16 @@ class Scenario:
 
     def acquire(self, request_id: str | None, *, draw: int = 0, request_hash: int | None = None,
                 expect: str | None = None, path: str | None = None,
-                evicted: str | None = None, context: int | None = None) -> Scenario:
-        """One acquire; ``context`` is its ``context_tokens`` (the band's c, R-BAND-1)."""
+                evicted: str | None = None, context: int | None = None,
+                group: str | None = None, previous: str | None = None,
+                evicted_group: str | None = None) -> Scenario:
+        """One acquire; ``context`` is its ``context_tokens`` (the band's c, R-BAND-1),
+        ``group`` its ``group_id`` (R-GRP-2)."""
         outcome = self.apply(Acquire(request_id=request_id, tie_draw=draw,
-                                     request_hash=request_hash, context_tokens=context))
-        self.hand_checks += sum(x is not None for x in (expect, path, evicted))
+                                     request_hash=request_hash, context_tokens=context,
+                                     group_id=group))
+        self.hand_checks += sum(x is not None for x in (expect, path, evicted, previous,
+                                                        evicted_group))
         if not isinstance(outcome, Acquired):
             if expect is not None or path is not None:
                 raise self._fail(f"acquire({request_id!r}) was rejected: {outcome!r}")
@@ -130,6 +135,12 @@ class Scenario:
         if evicted is not None and outcome.evicted != evicted:
             raise self._fail(f"acquire({request_id!r}) evicted {outcome.evicted!r}, "
                              f"the author expected {evicted!r}")
+        if previous is not None and outcome.previous != previous:
+            raise self._fail(f"acquire({request_id!r}) reported previous "
+                             f"{outcome.previous!r}, the author expected {previous!r}")
+        if evicted_group is not None and outcome.evicted_group != evicted_group:
+            raise self._fail(f"acquire({request_id!r}) evicted group "
+                             f"{outcome.evicted_group!r}, the author expected {evicted_group!r}")
         return self
 
     def acquires(self, *request_ids: str) -> Scenario:
@@ -165,13 +176,17 @@ class Scenario:
         self.apply(RemoveServers(server_ids=list(server_ids)))
         return self
 
-    def clear(self, *, cleared: int | None = None) -> Scenario:
+    def clear(self, *, cleared: int | None = None,
+              cleared_groups: int | None = None) -> Scenario:
         outcome = self.apply(ClearStickyCache())
         assert isinstance(outcome, StickyCacheCleared)
-        self.hand_checks += cleared is not None
+        self.hand_checks += (cleared is not None) + (cleared_groups is not None)
         if cleared is not None and outcome.cleared_entries != cleared:
             raise self._fail(f"clear cleared {outcome.cleared_entries}, "
                              f"the author expected {cleared}")
+        if cleared_groups is not None and outcome.cleared_groups != cleared_groups:
+            raise self._fail(f"clear cleared {outcome.cleared_groups} groups, "
+                             f"the author expected {cleared_groups}")
         return self
 
     def observe(self, **observed: int) -> Scenario:
@@ -240,6 +255,15 @@ class Scenario:
         pinned = self.state.lru.peek(request_id)
         if pinned != server_id:
             raise self._fail(f"{request_id!r} is pinned to {pinned!r}, "
+                             f"the author expected {server_id!r}")
+        return self
+
+    def assert_group(self, group_id: str, server_id: str | None) -> Scenario:
+        """Hand-checked group pin (R-GRP-4): ``group_id``'s server, or None when absent."""
+        self.hand_checks += 1
+        pinned = dict(state_to_json(self.state).get("groups", [])).get(group_id)
+        if pinned != server_id:
+            raise self._fail(f"group {group_id!r} is pinned to {pinned!r}, "
                              f"the author expected {server_id!r}")
         return self
 
@@ -313,6 +337,15 @@ class Scenario:
         }
 
 
+def _group_optional(config: Config, events: Sequence[Event]) -> bool:
+    """Whether a case needs group ids to be optional (R-GRP-1, R-GRP-7): a keyed acquire
+    without one under group stickiness, or group ids where group stickiness is off."""
+    acquires = [e for e in events if isinstance(e, Acquire)]
+    if not config.groups:
+        return any(e.group_id is not None for e in acquires)
+    return any(e.request_id is not None and e.group_id is None for e in acquires)
+
+
 def features_of(config: Config, events: Sequence[Event], steps: Sequence[dict[str, Any]],
                 extra: Iterable[str] = ()) -> list[str]:
     """The implementation features a case needs (vocabulary: vector_format.FEATURES)."""
@@ -338,6 +371,19 @@ def features_of(config: Config, events: Sequence[Event], steps: Sequence[dict[st
         needed.add("unkeyed")
     if any(isinstance(e, ObserveLoads) for e in events):
         needed.add("observe_loads")
+    # Group stickiness, or any acquire carrying group_id (even where R-GRP-1 says it is
+    # never read): a consumer that does not know the field must not be judged on it.
+    if config.groups or any(isinstance(e, Acquire) and e.group_id is not None for e in events):
+        needed.add("group_pins")
+    if _group_optional(config, events):
+        needed.add("group_optional")
+    if config.groups:
+        if config.group_stickiness.value == "fallback":
+            needed.add("group_fallback")
+        if config.group_break_margin is not None:
+            needed.add("group_margin")
+        if config.max_group_cache_size != config.max_cache_size:
+            needed.add("group_cache_size")
     for item in steps:
         checks = item.get("checks", {})
         status_keys = set(checks.get("status", {}))

@@ -93,6 +93,9 @@ class Family:
     # context_tokens values an acquire draws from (the band's c); empty: never set, and no
     # random number is drawn for it, so the older families' streams are unchanged.
     contexts: tuple[int | None, ...] = ()
+    # group_id values an acquire draws from (R-GRP-2); empty: never set, and no random
+    # number is drawn for it, so the other families' streams are unchanged.
+    groups: tuple[str | None, ...] = ()
 
     def config(self) -> Config:
         return Config(**self.options)
@@ -129,6 +132,16 @@ FAMILIES: tuple[Family, ...] = (
            contexts=(None, 0, 1, 2, 3, 4, 9)),
     Family("band_ignored_margin1", "band", {"affinity_break_margin": 1},
            rids=("a", "b", "c"), contexts=(None, 0, 5, 50, 5000)),
+    # Group pins (SPEC section 7.6), appended last for the same reason. group_only is
+    # R-GRP-8's configuration: every acquire carries a group id and no pool change (PR
+    # #6122's class has no add/remove), so a trace exercises group hits and the group LRU.
+    Family("group_only", "group", {"group_stickiness": "only", "max_cache_size": 2,
+                                   "max_group_cache_size": 2},
+           rids=("a", "b", "c", "d", "e"), pool_change_percent=0, groups=("g1", "g2", "g3")),
+    Family("group_fallback_m1", "group", {"group_stickiness": "fallback",
+                                          "affinity_break_margin": 1, "group_break_margin": 0,
+                                          "max_group_cache_size": 2},
+           rids=("a", "b", "c", "d", "e"), groups=("g1", "g2", "g3", None)),
 )
 
 
@@ -169,8 +182,9 @@ def _draw_event(family: Family, config: Config, state: State, universe: Sequence
     if config.full_determinism and config.hash_mode.value == "caller":
         request_hash = rng.below(13) - 3
     context = rng.choice(family.contexts) if family.contexts else None
+    group = rng.choice(family.groups) if family.groups else None
     return Acquire(request_id=rid, tie_draw=draw, request_hash=request_hash,
-                   context_tokens=context)
+                   context_tokens=context, group_id=group)
 
 
 def _draw_release(family: Family, state: State, active: Sequence[str],
@@ -202,6 +216,8 @@ def trace_features(config: Config, servers: Sequence[str], events: Sequence[Even
                 seen |= _band_features(config, pre, event, outcome)
             if outcome.evicted is not None:
                 seen.add("eviction")
+            if outcome.evicted_group is not None:
+                seen.add("group_eviction")
             if ties:
                 seen.add("tie")
         elif isinstance(outcome, Rejected):

@@ -86,7 +86,7 @@ GENERATOR = "affinity_conformance.generate 1"
 # Suite order is report order: the verl-compatible suites first.
 SUITES: tuple[str, ...] = (
     "legacy", "eviction", "failover", "determinism", "margin", "band", "counters",
-    "dual_threshold", "ties", "unkeyed", "leases", "observations", "validation",
+    "dual_threshold", "ties", "unkeyed", "leases", "observations", "group", "validation",
     "counterexamples",
     "regressions",
 )
@@ -105,6 +105,15 @@ FEATURES: tuple[str, ...] = (
     "unkeyed",           # acquire_server(request_id=None) is an unkeyed request
     "counters",          # get_status() reports affinity_kept / affinity_broken
     "observe_loads",     # observe_loads(observed) reconciles external load (extension)
+    "group_pins",        # constructor takes group_stickiness="only" (with max_group_cache_size
+                         # equal to max_cache_size) and acquire_server takes request_group_id
+                         # (PR #6122's call shape): R-GRP-8's configuration needs only this
+    "group_optional",    # a keyed acquire without group_id under group stickiness is routed
+                         # as without groups, and group ids are ignored with it "off" (R-GRP-7);
+                         # PR #6122's class refuses an acquire without one (R-GRP-8)
+    "group_fallback",    # constructor takes group_stickiness="fallback"
+    "group_margin",      # constructor takes group_break_margin (an integer)
+    "group_cache_size",  # constructor takes a max_group_cache_size other than max_cache_size
     "core_events",       # uses what only the core API expresses (malformed events, absent
                          # request_hash, duplicate server ids): not checkable through verl's API
 )

@@ -22,6 +22,7 @@ from . import (
     eviction,
     extensions,
     failover,
+    group,
     legacy,
     margin,
     validation,
@@ -30,7 +31,7 @@ from . import (
 __all__ = ["all_scenarios"]
 
 MODULES = (legacy, eviction, failover, determinism, margin, band, counters, dual_threshold,
-           extensions, validation)
+           extensions, group, validation)
 
 
 def all_scenarios() -> Iterator[Scenario | dict[str, Any]]:

@@ -282,3 +282,156 @@ class CountBandBalancer(MiniBandBalancer):
                        context_tokens: int | None = None) -> tuple[str, Any]:
         self._context = context_tokens
         return MiniBalancer.acquire_server(self, request_id)
+
+
+# ------------------------------------------------------------------ group pins
+# MiniGroupBalancer extends MiniBalancer with group pins (SPEC section 7.6), written from
+# R-GRP-1..8: group_stickiness "off" | "fallback" | "only", group_break_margin,
+# max_group_cache_size, and PR #6122's call shape acquire_server(request_id,
+# request_group_id=...). Unkeyed requests are placed by load and never pinned (R-ACQ-8). It
+# is the positive control. Each mutant changes one rule: StaleGroupLruBalancer does not
+# refresh a group entry's recency on a hit (R-GRP-4's "touch"); KeepsRemovedGroupBalancer
+# keeps the group entry of a removed server, placing each sibling by load without deleting
+# or re-pinning it (R-GRP-2, R-GRP-4). NoGroupFieldBalancer has the group options but an
+# acquire_server without request_group_id (the harness must say so, not crash).
+
+
+def _group_margin(value: object) -> int | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ValueError(f"group_break_margin must be null or an integer >= 0, got {value!r}")
+    return value
+
+
+class MiniGroupBalancer(MiniBalancer):
+    """An independent spec implementation of group pins (legacy + margin, first ties)."""
+
+    def __init__(self, servers: dict[str, Any], max_cache_size: int = 10000,
+                 full_determinism: bool = False, affinity_break_margin: int | None = None,
+                 group_stickiness: str = "off", group_break_margin: int | None = None,
+                 max_group_cache_size: int = 10000) -> None:
+        super().__init__(servers, max_cache_size, full_determinism, affinity_break_margin)
+        if group_stickiness not in ("off", "fallback", "only"):
+            raise ValueError("group_stickiness must be 'off', 'fallback' or 'only', "
+                             f"got {group_stickiness!r}")
+        if group_stickiness == "off" and group_break_margin is not None:
+            raise ValueError("group_break_margin needs group_stickiness 'fallback' or 'only'")
+        if isinstance(max_group_cache_size, bool) or not isinstance(max_group_cache_size, int) \
+                or max_group_cache_size < 1:
+            raise ValueError("max_group_cache_size must be an integer >= 1, "
+                             f"got {max_group_cache_size!r}")
+        self._stickiness = group_stickiness
+        self._group_margin = _group_margin(group_break_margin)
+        self._group_capacity = max_group_cache_size
+        self._groups: OrderedDict[str, str] = OrderedDict()
+        self._group_kept = 0
+        self._group_broken = 0
+
+    # group map
+    def _group_lookup(self, group_id: str) -> str:
+        self._groups.move_to_end(group_id)
+        return self._groups[group_id]
+
+    def _group_store(self, group_id: str, server_id: str) -> None:
+        if group_id in self._groups:
+            self._groups[group_id] = server_id
+            self._groups.move_to_end(group_id)
+            return
+        while len(self._groups) >= self._group_capacity:
+            self._groups.popitem(last=False)
+        self._groups[group_id] = server_id
+
+    def _group_pin(self, group_id: str) -> str | None:
+        """The group's pin if it is on an active server (a stale one is deleted first)."""
+        pinned = self._group_lookup(group_id)
+        if pinned in self._inflight:
+            return pinned
+        del self._groups[group_id]
+        return None
+
+    def _keep_group(self, pinned: str) -> bool:
+        if self._group_margin is None or self._determinism:
+            return self._keep(pinned)
+        return self._inflight[pinned] <= min(self._inflight.values()) + self._group_margin
+
+    def _place(self, key: str) -> str:
+        if not self._inflight:
+            raise RuntimeError(NO_SERVERS)
+        if self._determinism:
+            pool = list(self._inflight)
+            return pool[hash(key) % len(pool)]
+        return self._least_loaded()
+
+    def acquire_server(self, request_id: str | None,
+                       request_group_id: str | None = None) -> tuple[str, Any]:
+        if request_id is None:  # unkeyed: placed by load, never pinned (R-ACQ-8)
+            if self._determinism:
+                raise ValueError("full_determinism needs a request_id")
+            placed = self._place("")
+            self._inflight[placed] += 1
+            return placed, self._handles[placed]
+        grouped = self._stickiness != "off" and request_group_id is not None
+        if not grouped or (self._stickiness == "fallback" and request_id in self._lru):
+            return super().acquire_server(request_id)
+        assert request_group_id is not None
+        chosen: str | None = None
+        if request_group_id in self._groups:
+            pinned = self._group_pin(request_group_id)
+            if pinned is not None and self._keep_group(pinned):
+                self._group_kept += 1
+                chosen = pinned
+            elif pinned is not None:
+                self._group_broken += 1
+                chosen = self._least_loaded()
+                self._group_store(request_group_id, chosen)
+        if chosen is None:
+            chosen = self._place(request_group_id)
+            self._group_store(request_group_id, chosen)
+        if self._stickiness == "fallback":
+            self._store(request_id, chosen)
+        self._inflight[chosen] += 1
+        return chosen, self._handles[chosen]
+
+    def clear_sticky_cache(self) -> dict[str, Any]:
+        result = super().clear_sticky_cache()
+        if self._groups:
+            result["cleared_groups"] = len(self._groups)
+        self._groups.clear()
+        return result
+
+    def get_status(self) -> dict[str, Any]:
+        status = super().get_status()
+        if self._stickiness != "off":
+            status.update(group_entries=len(self._groups), group_kept=self._group_kept,
+                          group_broken=self._group_broken)
+        return status
+
+
+class StaleGroupLruBalancer(MiniGroupBalancer):
+    """BUG: a group hit does not make the group entry most recent (R-GRP-4, group
+    recency "touch"), so the wrong group is evicted when the group map is full."""
+
+    def _group_lookup(self, group_id: str) -> str:
+        return self._groups[group_id]
+
+
+class KeepsRemovedGroupBalancer(MiniGroupBalancer):
+    """BUG: a group pin on a removed server is kept in the map: the sibling is placed by
+    load but the group entry is neither deleted nor re-pinned (R-GRP-2, R-GRP-4)."""
+
+    def _group_pin(self, group_id: str) -> str | None:
+        pinned = self._group_lookup(group_id)
+        return pinned if pinned in self._inflight else None
+
+    def _group_store(self, group_id: str, server_id: str) -> None:
+        if group_id in self._groups and self._groups[group_id] not in self._inflight:
+            return  # the stale pin stays
+        super()._group_store(group_id, server_id)
+
+
+class NoGroupFieldBalancer(MiniGroupBalancer):
+    """Takes the group options but its acquire_server has no request_group_id."""
+
+    def acquire_server(self, request_id: str | None) -> tuple[str, Any]:  # type: ignore[override]
+        return super().acquire_server(request_id)
