@@ -30,15 +30,18 @@ from .mutants_beyond import beyond_by_name
 from .report import MutantVerdict, Row
 from .scopes import Scope
 from .z3_all_n import param_lemma
+from .z3_group_lemmas import GROUP_MUTANTS
 from .z3_param_kit import ParamResult
 from .z3_param_kit import run as run_param
 from .z3_structures import MERGE_LEMMAS, run_merge
 
-__all__ = ["ALL_N_SCOPE", "BAND_SCOPE", "STRUCTURE_MUTANTS", "WIDE_MUTANTS", "conformance_wide_job",
-           "merge_job", "structure_job", "z3_param_job"]
+__all__ = ["ALL_N_SCOPE", "BAND_SCOPE", "GROUP_SCOPE", "STRUCTURE_MUTANTS", "WIDE_MUTANTS",
+           "conformance_wide_job", "merge_job", "structure_job", "z3_param_job"]
 
 ALL_N_SCOPE = "N >= 1, loads >= 0, margins >= 0, every integer hash"
 BAND_SCOPE = "N >= 1, loads >= 0, m >= 0, T >= 1, cap >= max(m, 1), context >= 0"
+GROUP_SCOPE = ("N >= 1, loads >= 0, m >= 0 or either other policy, group_break_margin >= 0 "
+               "or null, every integer hash, fallback and only, every own and group lookup")
 
 _ENCODED = {  # encoded-only mutants of the all-N lemmas (no monkeypatch of the core)
     "tie_rank_counts_down": "tie rank decreases past a server above the minimum (encoded)",
@@ -63,6 +66,8 @@ _ENCODED = {  # encoded-only mutants of the all-N lemmas (no monkeypatch of the 
 def _describe(name: str) -> str:
     if name in _ENCODED:
         return _ENCODED[name]
+    if name in GROUP_MUTANTS:
+        return GROUP_MUTANTS[name][1]
     try:
         return beyond_by_name(name).description
     except KeyError:
@@ -75,7 +80,8 @@ def _model_text(r: ParamResult) -> str:
     keys = ("n", "loads", "other_loads", "hit", "pin", "margin_on", "margin", "m1", "m2",
             "band_on", "tokens", "tokens2", "cap", "ctx", "ctx2", "quot",
             "gate_on", "gate_abs", "rel_num", "rel_den", "det", "hash", "other_hash",
-            "least", "tie", "legacy_choice", "i", "j", "t0", "idle")
+            "least", "tie", "legacy_choice", "i", "j", "t0", "idle",
+            "grouped", "only", "own_removed", "ghit", "gpin", "gm_on", "gm")
     return " ".join(f"{k}={r.model[k]}" for k in keys if k in r.model)
 
 
@@ -98,7 +104,8 @@ def z3_param_job(name: str, timeout_s: float = 30.0) -> list[Row]:
         detail += f"; FAILED: {result.verdict} {_model_text(result)}"
     kind = "Z3 induction step, all N" if "spread" in name or name.startswith("tie_") \
         else "Z3 lemma, all N"
-    scope = BAND_SCOPE if lemma.name.startswith("band_") else ALL_N_SCOPE
+    scope = BAND_SCOPE if lemma.name.startswith("band_") else \
+        GROUP_SCOPE if lemma.name.startswith("group_") else ALL_N_SCOPE
     return [Row(lemma.obligation, kind, scope, holds, time.perf_counter() - start,
                 tuple(verdicts), detail, lemma.requirements,
                 {"lemma": lemma.name, "all_n": True,

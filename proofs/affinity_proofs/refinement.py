@@ -18,6 +18,10 @@ every state pair related by the abstraction and every event, the two ``step`` re
   multi-level load tables), sticky maps of capacity 1, 32, 33, 1,024 and 1,025, request
   hashes that are negative or beyond 2**64, observed loads, lease accounting, the gate,
   the context band and both deterministic hash modes;
+* grouped acquires (:func:`_group_configs`): group stickiness ``fallback`` and ``only``,
+  group maps of capacity 1, 32 and 33, ``group_break_margin`` unset and set, the
+  ``hashed`` tie-break (which hashes the group id), ``full_determinism`` in both hash
+  modes, and group pins left on removed servers and cleared by ``clear_sticky_cache``;
 * old states branched from: the trace keeps earlier engine states and steps them again,
   which is the persistence contract of the engine's shared-log sticky map;
 * every shipped conformance vector (:func:`vector_traces`);
@@ -62,6 +66,7 @@ __all__ = ["ENGINE_MUTANTS", "EngineMutant", "builders_agree", "compare", "refin
 
 loads_mod = importlib.import_module("affinity_engine.loads")
 lru_mod = importlib.import_module("affinity_engine.lru")
+machine_mod = importlib.import_module("affinity_engine.machine")
 
 Trace = tuple[Config, tuple[str, ...], tuple[Event, ...]]
 
@@ -120,6 +125,31 @@ def _configs(cache: int) -> list[Config]:
     ]
 
 
+def _group_configs(cache: int, group_cache: int) -> list[Config]:
+    common: dict[str, Any] = {"max_cache_size": cache, "max_group_cache_size": group_cache}
+    return [
+        Config(group_stickiness="fallback", **common),
+        Config(group_stickiness="fallback", affinity_break_margin=0, tie_break="hashed",
+               **common),
+        Config(group_stickiness="fallback", affinity_break_margin=2, group_break_margin=0,
+               tie_break="draw", **common),
+        Config(group_stickiness="fallback", affinity_break_margin=1, affinity_break_tokens=64,
+               affinity_break_band_cap=3, group_break_margin=1, lease_accounting=True,
+               tie_break="draw", **common),
+        Config(group_stickiness="fallback", dual_threshold=DualThreshold(2, Fraction(3, 2)),
+               **common),
+        Config(group_stickiness="only", **common),
+        Config(group_stickiness="only", affinity_break_margin=0, tie_break="hashed", **common),
+        Config(group_stickiness="only", affinity_break_margin=1, group_break_margin=2,
+               tie_break="draw", **common),
+        Config(group_stickiness="fallback", full_determinism=True, group_break_margin=0,
+               hash_mode="stable", **common),
+        Config(group_stickiness="fallback", full_determinism=True, **common),
+        Config(group_stickiness="only", full_determinism=True, hash_mode="stable", **common),
+        Config(group_stickiness="only", full_determinism=True, **common),
+    ]
+
+
 _HASHES = (0, 1, -1, 7, -(2**70), 2**70 + 3, 2**63 - 1, -(2**63))
 
 
@@ -127,15 +157,19 @@ def _trace(rng: random.Random, config: Config, n: int, length: int) -> Trace:
     servers = tuple(f"s{i}" for i in range(n))
     spare = tuple(f"x{i}" for i in range(4))
     keys = max(2, config.max_cache_size * 3 // 2 + 2)  # more ids than the map holds
+    group_keys = max(2, config.max_group_cache_size * 3 // 2 + 2)  # ... and more groups
     events: list[Event] = []
     for _ in range(length):
         roll = rng.random()
         if roll < 0.55:
             rid = None if rng.random() < 0.05 else f"r{rng.randrange(keys)}"
+            group = (f"g{rng.randrange(group_keys)}"
+                     if config.groups and rng.random() < 0.8 else None)
             events.append(Acquire(request_id=rid, tie_draw=rng.randrange(2**31),
                                   request_hash=rng.choice(_HASHES) if rng.random() < 0.5
                                   else rng.randrange(-(2**40), 2**40),
-                                  context_tokens=rng.choice((None, 0, 63, 64, 200, 10**9))))
+                                  context_tokens=rng.choice((None, 0, 63, 64, 200, 10**9)),
+                                  group_id=group))
         elif roll < 0.85:
             rid = f"r{rng.randrange(keys)}" if rng.random() < 0.5 else None
             events.append(Release(server_id=rng.choice(servers + spare), request_id=rid))
@@ -159,6 +193,11 @@ def wide_traces(seed: int, steps: int) -> list[Trace]:
               (2000, 1025))
     for n, cache in shapes:
         for config in _configs(cache):
+            length = steps if n <= 64 else max(40, steps // 8)
+            traces.append(_trace(rng, config, n, length))
+    for n, cache, group_cache in ((1, 1, 1), (3, 33, 32), (5, 32, 33), (31, 1, 33),
+                                  (33, 1025, 1), (1025, 32, 32)):
+        for config in _group_configs(cache, group_cache):
             length = steps if n <= 64 else max(40, steps // 8)
             traces.append(_trace(rng, config, n, length))
     return traces
@@ -239,6 +278,13 @@ def builders_agree() -> tuple[int, str | None]:
             if got != want:
                 return cases, (f"release_event({server_id!r}, {request_id!r}): engine {got!r}, "
                                f"reference {want!r}")
+    for group_id in _IDS:  # the group id, with the other fields good
+        grouped = ("r", 0, None, None, group_id)
+        cases += 1
+        want = _built(affinity_core.acquire_event, *grouped)
+        got = _built(builders.acquire_event, *grouped)
+        if got != want:
+            return cases, f"acquire_event{grouped!r}: engine {got!r}, reference {want!r}"
     return cases, None
 
 
@@ -357,6 +403,37 @@ def _builder_accepts_empty_id() -> AbstractContextManager[None]:
     return _patched(builders, "acquire_event", acquire_event)
 
 
+@contextmanager
+def _rule_changed(lookup_name: str, **changes: Any) -> Iterator[None]:
+    """One row of the engine's acquire table changed (the table's binding is Final, its
+    entries are not)."""
+    from affinity_engine.values import evolve
+
+    table = machine_mod.ACQUIRE_RULES
+    lookup = machine_mod.Lookup[lookup_name]
+    original = table[lookup]
+    table[lookup] = evolve(original, **changes)
+    try:
+        yield
+    finally:
+        table[lookup] = original
+
+
+def _group_hit_keeps_recency() -> AbstractContextManager[None]:
+    return _rule_changed("GROUP_KEEP", group_recency=machine_mod.Recency.NONE)
+
+
+def _group_eviction_unreported() -> AbstractContextManager[None]:
+    return _rule_changed("GROUP_MISS", reports_group_eviction=False)
+
+
+def _only_writes_request_pin() -> AbstractContextManager[None]:
+    def writes_own_pin(config: Config, rule: Any) -> bool:
+        return bool(rule.write_pin)
+
+    return _patched(machine_mod, "writes_own_pin", writes_own_pin)
+
+
 ENGINE_MUTANTS = (
     EngineMutant("engine_tie_count_first_child",
                  "load table: an internal node counts only its first child's ties",
@@ -373,4 +450,13 @@ ENGINE_MUTANTS = (
     EngineMutant("engine_builder_accepts_empty_id",
                  "event builders: the fast path builds an Acquire with an empty request id",
                  _builder_accepts_empty_id),
+    EngineMutant("engine_group_hit_keeps_recency",
+                 "group pins: a kept group hit does not refresh the group entry's recency",
+                 _group_hit_keeps_recency),
+    EngineMutant("engine_group_eviction_unreported",
+                 "group pins: a group miss that evicts a group does not report it",
+                 _group_eviction_unreported),
+    EngineMutant("engine_only_writes_request_pin",
+                 "group pins: 'only' writes the grouped acquire's own sticky entry",
+                 _only_writes_request_pin),
 )

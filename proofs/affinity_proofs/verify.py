@@ -39,6 +39,7 @@ from .mutants import MUTANTS
 from .report import MutantVerdict, Row
 from .scopes import BfsRun, Scope
 from .z3_band_lemmas import BAND_LEMMAS
+from .z3_group_lemmas import GROUP_LEMMAS
 from .z3_lemmas import LEMMAS
 from .z3_param_lemmas import PARAM_LEMMAS
 
@@ -102,7 +103,7 @@ def plan(scope: Scope, write_counterexamples: Path | None = None,
     for lemma in LEMMAS:
         out.append(Job(f"Z3 {lemma.name}", jobs.z3_lemma_job, (lemma.name, scope), weight=3,
                        obligation=lemma.obligation, serves=frozenset({lemma.obligation})))
-    for param in (*PARAM_LEMMAS, *BAND_LEMMAS):  # proved for every N (jobs_param.py)
+    for param in (*PARAM_LEMMAS, *BAND_LEMMAS, *GROUP_LEMMAS):  # proved for every N (jobs_param.py)
         out.append(Job(f"Z3 all-N {param.name}", jobs_param.z3_param_job, (param.name,),
                        weight=2, obligation=param.obligation,
                        serves=frozenset({param.obligation})))

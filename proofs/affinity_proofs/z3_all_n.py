@@ -1,14 +1,15 @@
-"""Every all-N lemma, the margin's and the band's, by name."""
+"""Every all-N lemma, the margin's, the band's and the group pins', by name."""
 
 from __future__ import annotations
 
 from .z3_band_lemmas import BAND_LEMMAS
+from .z3_group_lemmas import GROUP_LEMMAS
 from .z3_param_kit import ParamLemma
 from .z3_param_lemmas import PARAM_LEMMAS
 
 __all__ = ["ALL_N_LEMMAS", "param_lemma"]
 
-ALL_N_LEMMAS: tuple[ParamLemma, ...] = (*PARAM_LEMMAS, *BAND_LEMMAS)
+ALL_N_LEMMAS: tuple[ParamLemma, ...] = (*PARAM_LEMMAS, *BAND_LEMMAS, *GROUP_LEMMAS)
 
 
 def param_lemma(name: str) -> ParamLemma:
