@@ -31,6 +31,14 @@ len(prompt_ids)``. Only the length is read, never the ids. Without T it declares
 nothing, as before, so the default path serialises no prompt (the cost per Ray call is
 in benchmarks/README.md, "prompt_ids on the acquire").
 
+**Group pins (SPEC §7.6).** ``acquire_server(request_id, request_group_id=None)`` is PR
+#6122's call shape: the caller sends the prompt's group (GRPO's ``uid``) with each
+acquire. With ``group_stickiness`` ``"fallback"`` or ``"only"`` it rides on the event as
+``group_id``; with ``"off"`` (the default) it is never read, so verl 0.9.1's
+``acquire_server(request_id)`` and a caller that sends a group to a balancer without
+group pins route exactly as before. A group id that is not a non-empty string raises
+``ValueError`` naming it, before any state changes.
+
 Outcome mapping keeps verl's error contract: ``Rejected(no_servers)`` becomes
 ``RuntimeError("No available servers in load balancer")`` (callers match on the text),
 ``Rejected(invalid_for_config)`` a ``ValueError``. Malformed arguments (an empty request
@@ -66,6 +74,7 @@ from affinity_engine import (
     NO_SERVERS_MESSAGE,
     Acquired,
     ConfigError,
+    EventError,
     Outcome,
     Rejected,
     RejectReason,
@@ -144,6 +153,7 @@ class AffinityLoadBalancer:
         self._driver = driver
         self._handles = handles
         self._band = parsed.config.context_band  # acquires carry len(prompt_ids)
+        self._groups = parsed.config.groups  # acquires carry request_group_id
         if parsed.decision_log is not None:
             # locks (DecisionLogLocked if held), then continues from an old log's state
             # and brings the pool to the servers this balancer was given
@@ -158,18 +168,23 @@ class AffinityLoadBalancer:
         self._release = driver.release
 
     # ------------------------------------------------------- RequestLoadBalancer
-    def acquire_server(self, request_id: str, **extra: Any) -> tuple[str, Any]:
+    def acquire_server(self, request_id: str, request_group_id: str | None = None,
+                       **extra: Any) -> tuple[str, Any]:
         """Pick a server for ``request_id``; returns ``(server_id, handle)``.
 
-        ``extra`` holds the fields of :meth:`require_acquire_fields`: ``prompt_ids`` with
-        the context band (its length is the acquire's ``context_tokens``), else none and
-        anything sent is ignored. Raises ``RuntimeError`` ("No available servers in load
-        balancer") when the pool is empty, ``TypeError`` for ``prompt_ids`` that is not a
-        sequence (nothing changes).
+        ``request_group_id`` is the request's group (PR #6122's argument), read only with
+        group stickiness on. ``extra`` holds the fields of
+        :meth:`require_acquire_fields`: ``prompt_ids`` with the context band (its length
+        is the acquire's ``context_tokens``), else none and anything sent is ignored.
+        Raises ``RuntimeError`` ("No available servers in load balancer") when the pool is
+        empty, ``TypeError`` for ``prompt_ids`` that is not a sequence and ``ValueError``
+        for a malformed group id (nothing changes).
         """
         outcome: Outcome
         try:
-            if self._band:
+            if self._groups and request_group_id is not None:
+                outcome = self._acquire_grouped(request_id, request_group_id, extra)
+            elif self._band:
                 outcome = self._acquire(request_id,
                                         _prompt_length(request_id, extra.get("prompt_ids")))
             else:
@@ -180,6 +195,16 @@ class AffinityLoadBalancer:
         if type(outcome) is Acquired:
             return outcome.server_id, self._handles.get(outcome.server_id)
         return self._acquire_failed(request_id, outcome)
+
+    def _acquire_grouped(self, request_id: str, group_id: str, extra: Mapping[str, Any]
+                         ) -> Outcome:
+        context = (_prompt_length(request_id, extra.get("prompt_ids")) if self._band
+                   else None)
+        try:
+            return self._acquire(request_id, context, group_id)
+        except EventError as exc:
+            raise ValueError(f"acquire_server(request_id={request_id!r}, "
+                             f"request_group_id={group_id!r}): {exc}") from None
 
     @staticmethod
     def _acquire_failed(request_id: str, outcome: Outcome) -> NoReturn:
@@ -238,16 +263,21 @@ class AffinityLoadBalancer:
         return self._driver.state.inflight_total
 
     def clear_sticky_cache(self) -> dict[str, Any]:
-        """Empty the sticky map; counts and the affinity counters are kept."""
+        """Empty the sticky map (and the group map with group pins, whose size before
+        clearing is ``cleared_groups``); counts and the counters are kept."""
         outcome = self._driver.clear_sticky_cache()
-        return {
+        out: dict[str, Any] = {
             "cleared_entries": outcome.cleared_entries,
             "server_loads": dict(outcome.server_loads),
         }
+        if self._groups:
+            out["cleared_groups"] = outcome.cleared_groups
+        return out
 
     def get_status(self) -> dict[str, Any]:
         """verl's keys plus ``affinity_break_margin`` (and the band's two options when
-        set), the counters, policy and tie-break;
+        set), the counters, policy and tie-break, and with group pins
+        ``group_stickiness``, ``group_entries``, ``group_kept`` and ``group_broken``;
         with a decision log also whether it is being written (``decision_log_ok``), its
         failures so far (``decision_log_errors``) and the current one, if any."""
         out = self._driver.status()

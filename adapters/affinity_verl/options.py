@@ -11,7 +11,9 @@ The balancer is configured from three places, and all three go through
 * our own keywords (``affinity_break_margin``, ``tie_break``, ...), including the context
   band's ``affinity_break_tokens`` and ``affinity_break_band_cap`` (SPEC §7.5; the core's
   :class:`~affinity_engine.Config` checks that both come together, with a margin, and
-  ``cap >= margin``).
+  ``cap >= margin``) and the group pins' ``group_stickiness``, ``group_break_margin`` and
+  ``max_group_cache_size`` (SPEC §7.6; the core refuses a group margin with
+  ``group_stickiness: off``).
 
 Validation happens here, at construction or config load, never on the first request
 (R-CFG-1): an unknown key names itself and the accepted keys, and a bad
@@ -72,9 +74,12 @@ ROUTING_KEYS = (
     "balance_abs_threshold",
     "balance_rel_threshold",
     "full_determinism",
+    "group_break_margin",
+    "group_stickiness",
     "hash_mode",
     "lease_accounting",
     "max_cache_size",
+    "max_group_cache_size",
     "tie_break",
 )
 ADAPTER_KEYS = ("decision_log", "decision_log_backups", "decision_log_max_bytes",
@@ -239,6 +244,10 @@ def parse_options(
             lease_accounting=merged.get("lease_accounting", False),
             affinity_break_tokens=merged.get("affinity_break_tokens"),
             affinity_break_band_cap=merged.get("affinity_break_band_cap"),
+            group_stickiness=merged.get("group_stickiness", "off"),
+            group_break_margin=merged.get("group_break_margin"),
+            max_group_cache_size=merged.get("max_group_cache_size",
+                                            DEFAULT_MAX_CACHE_SIZE),
         )
         log_path = _log_path(merged.get("decision_log"))
         return BalancerOptions(

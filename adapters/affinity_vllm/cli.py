@@ -50,6 +50,14 @@ def _margin(text: str) -> int | None:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
 
+def _group_margin(text: str) -> int | None:
+    """``--group-break-margin``: 'none' or an integer >= 0, as ``--margin``."""
+    try:
+        return parse_margin(text, "--group-break-margin")
+    except OptionsError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
 def _band_integer(flag: str) -> Any:
     """argparse's own message for ``--affinity-break-tokens 1.5`` was "invalid int value:
     '1.5'", which names no accepted range; the range itself is checked by the core. The
@@ -147,6 +155,32 @@ def register(parser: argparse.ArgumentParser) -> None:
                       help="JSON body field to take the key from when the header is absent, "
                       "e.g. 'user' (default: none). Requests without a key are routed "
                       "least-loaded and never pinned")
+
+    group = parser.add_argument_group(
+        "group pins", "the n samples of one prompt (GRPO's group) share its prefix; a "
+        "group pin places them on one backend, judged by the same keep rule as a session's "
+        "pin (SPEC 7.6). A request's group is read only with --group-stickiness fallback "
+        "or only, and only for a request with a session key")
+    group.add_argument("--group-stickiness", choices=["off", "fallback", "only"],
+                       default=d.group_stickiness.default,
+                       help="'fallback': a session without a pin of its own joins its "
+                       "group's pin; 'only': the group's pin alone, the session's own never "
+                       "read nor written (PR #6122's GroupStickyLoadBalancer); 'off' ignores "
+                       "groups (default: %(default)s)")
+    group.add_argument("--group-break-margin", type=_group_margin, default=None,
+                       metavar="N|none",
+                       help="keep a group's pin while its backend's load <= least load + "
+                       "N; 'none' judges it by the session's own rule (--margin, the context "
+                       "band) (default: none)")
+    group.add_argument("--max-group-cache-size", type=int,
+                       default=d.max_group_cache_size.default,
+                       help="group map capacity (LRU, groups) (default: %(default)s)")
+    group.add_argument("--group-header", default=d.group_header.default, metavar="NAME",
+                       help="request header carrying the group id (default: %(default)s)")
+    group.add_argument("--group-body-field", default=None, metavar="NAME",
+                       help="JSON body field to take the group id from when the header is "
+                       "absent (default: none). A keyed request without a group id is "
+                       "routed by its session key alone")
 
     net = parser.add_argument_group("server and limits")
     net.add_argument("--host", default=d.host.default,
@@ -301,6 +335,9 @@ def options_from_args(args: argparse.Namespace) -> RouterOptions:
         seed=args.seed, full_determinism=args.full_determinism, hash_mode=args.hash_mode,
         cache_size=args.cache_size, lease_accounting=args.lease_accounting,
         session_header=args.session_header, session_body_field=args.session_body_field,
+        group_stickiness=args.group_stickiness, group_break_margin=args.group_break_margin,
+        max_group_cache_size=args.max_group_cache_size, group_header=args.group_header,
+        group_body_field=args.group_body_field,
         host=args.host, port=args.port, max_body_bytes=args.max_body_bytes,
         max_header_bytes=args.max_header_bytes, max_concurrency=args.max_concurrency,
         connect_timeout=args.connect_timeout, upstream_timeout=args.upstream_timeout,

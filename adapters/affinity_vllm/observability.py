@@ -17,8 +17,10 @@ the project's name (``sticky_kept_total``, not ``affinity_kept_total``); counter
 * ``build_info{version}`` -- 1, with the installed package's version;
 * ``sticky_kept_total``, ``sticky_broken_total`` -- the core's counters
   (``affinity_kept`` / ``affinity_broken`` in /status);
+* ``group_kept_total``, ``group_broken_total`` -- with ``--group-stickiness``: the core's
+  group counters (``group_kept`` / ``group_broken`` in /status, SPEC §7.6);
 * ``decisions_total{outcome}`` -- acquires by path (new, kept, broken, reselected,
-  unkeyed) and rejections;
+  unkeyed, and with group stickiness group_kept, group_broken) and rejections;
 * ``inflight{backend}``, ``external_load{backend}``, ``backend_up{backend}``;
 * ``backend_errors_total{backend,kind}`` -- refused, connect_timeout, 5xx, timeout,
   disconnected, mid_stream, health, scrape;
@@ -60,7 +62,7 @@ import attrs
 
 from affinity_runtime.decision_log import PROBLEM_KINDS
 
-from .metrics import Registry
+from .metrics import Family, Registry
 from .routing import RoutingTable
 
 if TYPE_CHECKING:
@@ -84,6 +86,7 @@ OVERHEAD_BUCKETS = (
 DURATION_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
                     60.0, 120.0, 300.0, 600.0)
 _DECISION_OUTCOMES = ("new", "kept", "broken", "reselected", "unkeyed", "rejected")
+_GROUP_OUTCOMES = ("group_kept", "group_broken")
 
 
 @attrs.define
@@ -111,6 +114,16 @@ class RouterMetrics:
                                "sticky hits that kept their pin (core counter)")
         self._broken = r.counter(p + "sticky_broken_total",
                                  "sticky hits re-pinned by the margin rule (core counter)")
+        self._group_kept: Family | None = None
+        self._group_broken: Family | None = None
+        self._outcomes: tuple[str, ...] = _DECISION_OUTCOMES
+        if table.config.groups:  # absent without group pins, as the status fields are
+            self._group_kept = r.counter(p + "group_kept_total",
+                                         "group hits that kept the group's pin (core counter)")
+            self._group_broken = r.counter(p + "group_broken_total",
+                                           "group hits re-pinned by the group's keep rule "
+                                           "(core counter)")
+            self._outcomes = (*_DECISION_OUTCOMES, *_GROUP_OUTCOMES)
         self._decisions = r.counter(p + "decisions_total",
                                     "routing decisions by outcome", ["outcome"])
         self._inflight = r.gauge(p + "inflight",
@@ -182,7 +195,11 @@ class RouterMetrics:
         table = self.table
         self._kept.set(value=table.state.affinity_kept)
         self._broken.set(value=table.state.affinity_broken)
-        for outcome in _DECISION_OUTCOMES:
+        if self._group_kept is not None and self._group_broken is not None:
+            groups = table.state.groups
+            self._group_kept.set(value=groups.kept)
+            self._group_broken.set(value=groups.broken)
+        for outcome in self._outcomes:
             self._decisions.set(outcome, value=table.decisions.get(outcome, 0))
         for change, count in table.pool_changes.items():
             self._pool_changes.set(change, value=count)

@@ -63,16 +63,16 @@ def normalise_backend_url(url: str) -> str:
     return f"{parts.scheme}://{host}" + (f":{port}" if port is not None else "")
 
 
-def parse_margin(text: str) -> int | None:
-    """``none`` (never break a pin) or an integer >= 0."""
+def parse_margin(text: str, name: str = "margin") -> int | None:
+    """``none`` (never break a pin) or an integer >= 0; ``name`` is what errors call it."""
     if text.strip().lower() in ("none", "null"):
         return None
     try:
         value = int(text)
     except ValueError:
-        raise OptionsError(f"margin must be 'none' or an integer >= 0, got {text!r}") from None
+        raise OptionsError(f"{name} must be 'none' or an integer >= 0, got {text!r}") from None
     try:
-        return validate_margin(value, "margin")
+        return validate_margin(value, name)
     except ConfigError as exc:
         raise OptionsError(str(exc)) from None
 
@@ -82,6 +82,9 @@ _FLAG_NAMES = (
     ("affinity_break_band_cap", "--affinity-break-band-cap"),
     ("affinity_break_tokens", "--affinity-break-tokens"),
     ("affinity_break_margin", "--margin"),
+    ("max_group_cache_size", "--max-group-cache-size"),
+    ("group_break_margin", "--group-break-margin"),
+    ("group_stickiness", "--group-stickiness"),
 )
 
 
@@ -125,12 +128,12 @@ def _flag(name: str) -> Any:
     return check
 
 
-def _header_name(_inst: Any, _attr: Any, value: Any) -> None:
+def _header_name(_inst: Any, attr: Any, value: Any) -> None:
     ok = isinstance(value, str) and value != "" and all(
         c.isalnum() or c in "-_" for c in value
     )
     if not ok:
-        raise OptionsError(f"session_header must be an HTTP header name, got {value!r}")
+        raise OptionsError(f"{attr.name} must be an HTTP header name, got {value!r}")
 
 
 def _context_mode(_inst: Any, _attr: Any, value: Any) -> None:
@@ -139,9 +142,9 @@ def _context_mode(_inst: Any, _attr: Any, value: Any) -> None:
                            f"got {value!r}")
 
 
-def _optional_field(_inst: Any, _attr: Any, value: Any) -> None:
+def _optional_field(_inst: Any, attr: Any, value: Any) -> None:
     if value is not None and (not isinstance(value, str) or value == ""):
-        raise OptionsError(f"session_body_field must be a non-empty field name, got {value!r}")
+        raise OptionsError(f"{attr.name} must be a non-empty field name, got {value!r}")
 
 
 def _optional_path(_inst: Any, _attr: Any, value: Any) -> None:
@@ -193,6 +196,14 @@ class RouterOptions:
     port: int = attrs.field(default=8080, validator=_in_range("port", 0, 65535, True))
     session_header: str = attrs.field(default="x-session-id", validator=_header_name)
     session_body_field: str | None = attrs.field(default=None, validator=_optional_field)
+    # Group pins (SPEC §7.6): a request's group comes from this header, else this body
+    # field, and is read only with group_stickiness "fallback" or "only".
+    group_stickiness: str = "off"
+    group_break_margin: int | None = None
+    max_group_cache_size: int = attrs.field(
+        default=10000, validator=_in_range("max_group_cache_size", 1, 10**9, True))
+    group_header: str = attrs.field(default="x-group-id", validator=_header_name)
+    group_body_field: str | None = attrs.field(default=None, validator=_optional_field)
     max_body_bytes: int = attrs.field(
         default=8 << 20, validator=_in_range("max_body_bytes", 1024, 1 << 31, True))
     max_header_bytes: int = attrs.field(
@@ -277,6 +288,14 @@ class RouterOptions:
             raise OptionsError(f"ejection_max must be >= ejection_base ({self.ejection_base:g})"
                                f", got {self.ejection_max!r}")
         self.core_config()  # margin, band, tie_break, hash_mode: fail now, in the core's words
+        if self.group_stickiness == "off" and (self.group_body_field is not None
+                                               or self.group_header != "x-group-id"):
+            # The user named where groups come from, and nothing would ever read them.
+            raise OptionsError("group_header and group_body_field name where a request's "
+                               "group comes from, which group_stickiness 'off' never reads; "
+                               "accepted with them: group_stickiness 'fallback' or 'only' "
+                               "(--group-header/--group-body-field without "
+                               "--group-stickiness)")
         if self.context_reuse and self.affinity_break_tokens is None:
             raise OptionsError("context_reuse scales the context band's c, so it needs "
                                "affinity_break_tokens (an integer >= 1), got None "
@@ -304,6 +323,9 @@ class RouterOptions:
                 full_determinism=self.full_determinism,
                 hash_mode=self.hash_mode,
                 lease_accounting=self.lease_accounting,
+                group_stickiness=self.group_stickiness,
+                group_break_margin=self.group_break_margin,
+                max_group_cache_size=self.max_group_cache_size,
             )
         except ConfigError as exc:
             raise OptionsError(_as_flags(str(exc))) from None

@@ -22,14 +22,14 @@ Theory of operation
 
 **Retry.** A generation request changes nothing on a vLLM server, so it is safe to
 repeat while no byte has reached the client. Once, on: a connect error (nothing was
-sent), a 5xx status, or a connection closed before any response byte. The retry
-acquires while the failed lease is still held, so the core sees the failed backend one
-request busier; if the failure took the backend out of the pool the retry keeps the
-session key (a pinned session is re-placed, path ``reselected``), otherwise it is an
-unkeyed acquire (least loaded, the session's pin untouched). The retry never lands on
-the backend that just failed (:meth:`Proxy._acquire_elsewhere`: while the core still
-chooses it, that choice is held as well and the core asked again). A read timeout is
-never retried: the backend may still be working on it.
+sent), a 5xx status, or a connection closed before any response byte. The retry acquires
+while the failed lease is still held, so the core sees the failed backend one request
+busier; if the failure took the backend out of the pool the retry keeps the session key
+and its group (a pinned session is re-placed, path ``reselected``), otherwise it is an
+unkeyed acquire (least loaded, the session's and the group's pins untouched). The retry
+never lands on the backend that just failed (:meth:`Proxy._acquire_elsewhere`: while the
+core still chooses it, that choice is held as well and the core asked again). A read
+timeout is never retried: the backend may still be working on it.
 
 **Context reuse** (``--context-reuse``, :mod:`affinity_vllm.usage`). Each acquire of a
 pinned key sends ``c`` scaled by the pinned backend's observed reuse (the retry's acquire
@@ -151,14 +151,15 @@ class Proxy:
         return b"".join(parts)
 
     async def forward(self, request: IncomingRequest, key: str | None,
-                      context_tokens: int | None = None) -> int:
+                      context_tokens: int | None = None, group_id: str | None = None) -> int:
         """Route, relay and release; returns the status the client got (499: it left).
 
-        ``context_tokens`` is the context band's ``c`` (None without the band)."""
+        ``context_tokens`` is the context band's ``c`` (None without the band);
+        ``group_id`` the request's group (None without group stickiness)."""
         client = request.connection
         reuse = self.reuse
         lease = self.table.acquire(key, context_tokens if reuse is None
-                                   else reuse.context(key, context_tokens))
+                                   else reuse.context(key, context_tokens), group_id)
         if not isinstance(lease, Lease):
             client.respond(503, error_body(503, lease.message, "no_backend_available"), _JSON)
             return 503
@@ -177,7 +178,8 @@ class Proxy:
                 self.metrics.retries.inc()
                 retry_key, retry_context = self._retry_args(lease.server_id, key,
                                                             context_tokens)
-                retry = self._acquire_elsewhere(lease.server_id, retry_key, retry_context)
+                retry = self._acquire_elsewhere(lease.server_id, retry_key, retry_context,
+                                                None if retry_key is None else group_id)
                 held, lease = lease, retry if isinstance(retry, Lease) else lease
                 self.table.release(held)
                 held = None
@@ -197,7 +199,8 @@ class Proxy:
                 self.table.release(held)
             self.table.release(lease)
 
-    def _acquire_elsewhere(self, failed: str, key: str | None, context_tokens: int | None
+    def _acquire_elsewhere(self, failed: str, key: str | None, context_tokens: int | None,
+                           group_id: str | None = None
                            ) -> Lease | Rejected | LogUnavailable | None:
         """The retry's acquire, never on ``failed``. While the core still chooses
         ``failed`` (least loaded even with the failed request held), that choice is held
@@ -206,11 +209,11 @@ class Proxy:
         and a Release in the decision log). None: every other backend is busier still."""
         holds: list[Lease] = []
         try:
-            retry = self.table.acquire(key, context_tokens)
+            retry = self.table.acquire(key, context_tokens, group_id)
             while isinstance(retry, Lease) and retry.server_id == failed and (
                     len(holds) < RETRY_HOLDS):
                 holds.append(retry)
-                retry = self.table.acquire(key, context_tokens)
+                retry = self.table.acquire(key, context_tokens, group_id)
         finally:
             for hold in holds:
                 self.table.release(hold)

@@ -27,7 +27,7 @@ HTTP path they would parallelise; the router is fast enough single-threaded inst
 
 Request handling, in order: the HTTP layer refuses oversized or malformed requests
 (400/413/408); the handler refuses a body that is not a JSON object (400) and a bad
-session key (400); with the context band, a keyed request's prompt length is counted
+session key or group id (400); with the context band, a keyed request's prompt length is counted
 (:mod:`~affinity_vllm.context`, never an error); only then does it acquire. Unknown
 paths get 404 and wrong methods 405, all as JSON errors. An unexpected exception
 becomes a 500 for that request (and one log line with its traceback); the server keeps
@@ -91,6 +91,7 @@ Handler = Callable[[IncomingRequest], Awaitable[int]]
 class Router:
     def __init__(self, options: RouterOptions) -> None:
         self.options = options
+        self._groups = options.group_stickiness != "off"  # requests carry a group id
         self.table = RoutingTable(options.core_config(), options.backends, seed=options.seed)
         self.metrics = RouterMetrics(self.table)
         policy = HealthPolicy(eject_5xx=options.eject_5xx,
@@ -368,48 +369,31 @@ class Router:
 
     def _session_key(self, request: IncomingRequest, payload: dict[str, Any]) -> str | None:
         header = self.options.session_header
-        key: str | None = None
-        raw = request.header(self._session_header)
-        where = f"header {header}"
-        if raw is not None and raw.strip():
-            try:
-                key = raw.decode("utf-8").strip()
-            except UnicodeDecodeError:
-                raise BadRequest(400, f"session key in {where} is not valid UTF-8") from None
-        elif self.options.session_body_field is not None:
-            where = f"body field {self.options.session_body_field!r}"
-            value = payload.get(self.options.session_body_field)
-            if isinstance(value, str):
-                key = value.strip() or None
-            elif isinstance(value, int) and not isinstance(value, bool):
-                key = str(value)
-            elif value is not None:
-                raise BadRequest(400, f"session key in {where} must be a string or an "
-                                 f"integer, got {type(value).__name__}")
-        if key is not None and not _encodable(key):
-            raise BadRequest(400, f"session key in {where} is not valid Unicode (a lone "
-                             "surrogate escape such as \\ud800)")
-        if key is not None and len(key) > MAX_SESSION_KEY_CHARS:
-            raise BadRequest(400, f"session key in {where} is {len(key)} characters; the "
-                             f"limit is {MAX_SESSION_KEY_CHARS}")
+        key = _request_key("session key", request, payload, header,
+                           self.options.session_body_field)
         if key is None and self.options.full_determinism:
             field = self.options.session_body_field
             raise BadRequest(400, "full determinism routes by session key: send the "
                              f"{header} header" + (f" or body field {field!r}" if field else ""))
         return key
 
-    @property
-    def _session_header(self) -> bytes:
-        return self.options.session_header.lower().encode("ascii")
+    def _group_id(self, request: IncomingRequest, payload: dict[str, Any]) -> str | None:
+        """The request's group (SPEC §7.6), read only with group stickiness on; the same
+        sources and refusals as the session key."""
+        if not self._groups:
+            return None
+        return _request_key("group id", request, payload, self.options.group_header,
+                            self.options.group_body_field)
 
     async def _generate(self, request: IncomingRequest) -> int:
         payload = self._payload(request)
         key = self._session_key(request, payload)
+        group = self._group_id(request, payload)
         context = None
         if key is not None and self.context is not None:
             context = await self.context.context_tokens(
                 payload, request.path == "/v1/chat/completions")
-        return await self._forward(request, key, context)
+        return await self._forward(request, key, context, group)
 
     async def _models(self, request: IncomingRequest) -> int:
         # A listing is routed like an unkeyed request; full determinism refuses unkeyed
@@ -419,7 +403,8 @@ class Router:
                                    else None)
 
     async def _forward(self, request: IncomingRequest, key: str | None,
-                       context_tokens: int | None = None) -> int:
+                       context_tokens: int | None = None, group_id: str | None = None
+                       ) -> int:
         if self.active_requests >= self.options.max_concurrency:
             raise BadRequest(503, f"router at its concurrency limit of "
                              f"{self.options.max_concurrency} requests (--max-concurrency)",
@@ -427,7 +412,7 @@ class Router:
         self.active_requests += 1
         request.session = key
         try:
-            return await self.proxy.forward(request, key, context_tokens)
+            return await self.proxy.forward(request, key, context_tokens, group_id)
         finally:
             self.active_requests -= 1
 
@@ -452,6 +437,40 @@ class Router:
         status = 200 if state == "ok" else 503
         request.connection.respond(status, json.dumps(body).encode(), _JSON)
         return status
+
+
+def _request_key(what: str, request: IncomingRequest, payload: dict[str, Any],
+                 header: str, body_field: str | None) -> str | None:
+    """A routing key (``what``: "session key" or "group id") from ``header``, else from
+    the JSON body's ``body_field``; None when neither carries one. Refuses (400) what
+    the core or the decision log could not take: bytes that are not UTF-8, a value that
+    is not a string or an integer, a lone surrogate, more than
+    :data:`MAX_SESSION_KEY_CHARS` characters."""
+    key: str | None = None
+    raw = request.header(header.lower().encode("ascii"))
+    where = f"header {header}"
+    if raw is not None and raw.strip():
+        try:
+            key = raw.decode("utf-8").strip()
+        except UnicodeDecodeError:
+            raise BadRequest(400, f"{what} in {where} is not valid UTF-8") from None
+    elif body_field is not None:
+        where = f"body field {body_field!r}"
+        value = payload.get(body_field)
+        if isinstance(value, str):
+            key = value.strip() or None
+        elif isinstance(value, int) and not isinstance(value, bool):
+            key = str(value)
+        elif value is not None:
+            raise BadRequest(400, f"{what} in {where} must be a string or an "
+                             f"integer, got {type(value).__name__}")
+    if key is not None and not _encodable(key):
+        raise BadRequest(400, f"{what} in {where} is not valid Unicode (a lone "
+                         "surrogate escape such as \\ud800)")
+    if key is not None and len(key) > MAX_SESSION_KEY_CHARS:
+        raise BadRequest(400, f"{what} in {where} is {len(key)} characters; the "
+                         f"limit is {MAX_SESSION_KEY_CHARS}")
+    return key
 
 
 def _encodable(text: str) -> bool:

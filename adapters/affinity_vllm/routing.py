@@ -11,12 +11,14 @@ what only the router has: the configured backends (active or not), the per-outco
 counters behind /metrics, and the router's wording of a refusal.
 
 * :meth:`RoutingTable.acquire` -- ``Acquire(request_id=session key or None,
-  context_tokens=c)`` (``c`` only with the context band, see :mod:`.context`). The tie
+  context_tokens=c, group_id=g)`` (``c`` only with the context band, see :mod:`.context`;
+  ``g`` only with group stickiness, SPEC §7.6). The tie
   draw comes from the table's own seeded RNG, uniform in ``[0, DRAW_RANGE)`` (the adapter
   may use randomness, the core may not); the driver draws only where the core reads the
   draw (SPEC R-TIE-5). Under ``full_determinism`` with ``hash_mode = "caller"`` the
-  request hash is the portable :func:`~affinity_engine.stable_hash`, never the salted
-  builtin ``hash()``. The result is a :class:`Lease` (or the core's ``Rejected``).
+  request hash is the portable :func:`~affinity_engine.stable_hash` of the placement key
+  (the group id of a grouped request, else the session key), never the salted builtin
+  ``hash()``. The result is a :class:`Lease` (or the core's ``Rejected``).
 * :meth:`RoutingTable.release` -- ``Release(server_id, request_id)`` for a lease, at most
   once: a lease remembers that it was released, so a double release is a no-op here
   rather than an undercount in the core. Callers release in a ``finally``.
@@ -121,10 +123,10 @@ class RoutingTable:
         """Step the core; log the event (with ``reason``, for the adapter's own)."""
         return self._driver.apply(event, reason)
 
-    def acquire(self, request_id: str | None, context_tokens: int | None = None
-                ) -> Lease | Rejected | LogUnavailable:
+    def acquire(self, request_id: str | None, context_tokens: int | None = None,
+                group_id: str | None = None) -> Lease | Rejected | LogUnavailable:
         try:
-            lease = self._driver.lease(request_id, context_tokens)
+            lease = self._driver.lease(request_id, context_tokens, group_id)
         except DecisionLogUnavailable as exc:
             self._count(self.decisions, "no_log")
             return LogUnavailable(f"{exc}; --require-decision-log refuses to route "

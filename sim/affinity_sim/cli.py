@@ -98,7 +98,9 @@ def register(parser: argparse.ArgumentParser) -> None:
         "--policies", type=_csv, default=None, metavar="P1,P2,...",
         help="comma-separated policies: legacy, legacy-first|draw|hashed (margin null "
              "with that tie rule, whatever the workload's), margin-N, dual-ABS[-REL], "
-             "band-mM-TT-capC (the context band; -reuse: fed observed reuse), least-loaded "
+             "band-mM-TT-capC (the context band; -reuse: fed observed reuse), group-only "
+             "(PR #6122's group pins), group-margin-N (group pins inside margin N), "
+             "least-loaded "
              f"(default: the preset's, normally {','.join(DEFAULT_POLICIES)}); legacy is "
              "always added as the baseline")
     parser.add_argument("--workloads", type=_csv, default=None, metavar="W1,W2,...",

@@ -47,6 +47,7 @@ __all__ = [
     "Outcome",
     "Paired",
     "baseline_cell",
+    "claim_row",
     "column",
     "evaluate",
     "load_claims",
@@ -60,8 +61,10 @@ PR_WORKLOADS = ("ctx2k", "ctx9k", "ctx20k", "ctx9k-bigkv")
 SCALES = {"calibrated": CALIBRATED_WORKLOADS, "pr-scale": PR_WORKLOADS}
 SCALE_NAMES = {"calibrated": "context-band.toml's workloads",
                "pr-scale": "PR #7435's scale (pr7435-scale)"}
-# The table row (PR number) -> the simulator policy that expresses it.
-ROW_POLICIES = {"7435": "margin-2", "6533": "dual-64", "7613": "legacy-draw"}
+# The table row (a PR number, or a new policy's name) -> the simulator policy that expresses
+# it. A PR row's claims name it "#<number>".
+ROW_POLICIES = {"7435": "margin-2", "6533": "dual-64", "7613": "legacy-draw",
+                "6122": "group-only", "group pins with a band": "group-margin-2"}
 BASELINE = "legacy"
 CLAIM_KINDS = ("identical", "faster", "slower", "null", "within", "order", "near", "close")
 _KEYS = {"row", "scale", "workloads", "policy", "expect", "why", "low", "high",
@@ -196,7 +199,7 @@ def column(records: Mapping[str, Mapping[str, Any]], row: str,
         cells = "; ".join(f"{w} {_cell(paired(record, w, policy))}" for w in workloads)
         parts.append(f"{SCALE_NAMES[scale]}, {_seeds(record, workloads, policy)} seeds: "
                      f"{cells}")
-    mine = [o for c in claims if c.row == f"#{row}" for o in evaluate(c, records)]
+    mine = [o for c in claims if c.row == claim_row(row) for o in evaluate(c, records)]
     hits = sum(o.hit for o in mine)
     verdict = f" Prediction: {hits} of {len(mine)} hit." if mine else ""
     return f"`{policy}` vs `legacy`, paired median [95% CI]. " + ". ".join(parts) + "." \
@@ -213,6 +216,11 @@ def baseline_cell(records: Mapping[str, Mapping[str, Any]]) -> str:
         parts.append(f"{SCALE_NAMES[scale]}: {cells}")
     return ("the baseline, `legacy` (first ties): 0 by definition. Its median step time: "
             + ". ".join(parts) + ".")
+
+
+def claim_row(row: str) -> str:
+    """How the claims name table row ``row``: ``#7435`` for a PR, the name otherwise."""
+    return f"#{row}" if row.isdigit() else row
 
 
 def _need(claim: Claim, *names: str) -> None:

@@ -131,6 +131,38 @@ def test_balancer_breaks_an_overloaded_pin_and_counts_it() -> None:
     assert balancer.ignored_releases == 1
 
 
+def test_group_policies_map_to_group_pins() -> None:
+    # SPEC R-GRP-8: PR #6122 is group_stickiness "only" with the legacy policy
+    assert parse_policy("group-only").config("first") == Config(group_stickiness="only",
+                                                                tie_break="first")
+    assert parse_policy("group-margin-2").config("first") == Config(
+        group_stickiness="fallback", affinity_break_margin=2, tie_break="first")
+    table = parse_policy({"name": "g", "group_stickiness": "fallback",
+                          "affinity_break_margin": 1, "group_break_margin": 3})
+    assert table.config().group_break_margin == 3
+    with pytest.raises(PolicyError, match="group_break_margin applies to group pins"):
+        parse_policy({"name": "bad", "group_break_margin": 3})
+
+
+def test_group_pins_put_a_prompts_samples_together_and_legacy_does_not() -> None:
+    def servers(policy: str) -> list[str]:
+        balancer = Balancer(parse_policy(policy).config("first"), ["a", "b", "c"], True,
+                            random.Random(0))
+        return [balancer.acquire(f"s{i}", 100, "g0") for i in range(3)]
+
+    assert servers("group-only") == ["a", "a", "a"]  # never reconsidered (PR #6122)
+    assert servers("group-margin-2") == ["a", "a", "a"]  # within min + 2 throughout
+    assert servers("legacy") == ["a", "b", "c"]  # the group id is not read (R-GRP-7)
+
+
+def test_a_group_within_the_band_moves_once_it_exceeds_it() -> None:
+    balancer = Balancer(parse_policy("group-margin-1").config("first"), ["a", "b"], True,
+                        random.Random(0))
+    assert [balancer.acquire(f"s{i}", None, "g") for i in range(3)] == ["a", "a", "b"]
+    assert balancer.paths[Path.GROUP_KEPT] == 1 and balancer.paths[Path.GROUP_BROKEN] == 1
+    assert balancer.state.groups.broken == 1
+
+
 def test_workload_plans_are_independent_of_the_policy() -> None:
     workload = tiny_workload()
     assert plan_step(workload, 5) == plan_step(attrs.evolve(workload), 5)

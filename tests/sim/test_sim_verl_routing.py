@@ -17,6 +17,7 @@ from affinity_sim.verl_routing import (
     ROW_POLICIES,
     Claim,
     ClaimError,
+    claim_row,
     evaluate,
     load_claims,
     paired,
@@ -97,6 +98,8 @@ def test_every_claim_kind_can_hit_and_can_miss() -> None:
     assert not hit(expect="within", policy="slow", low=-1.0, high=1.0)
     assert hit(expect="order", faster_policy="fast", slower_policy="slow")
     assert not hit(expect="order", faster_policy="slow", slower_policy="fast")
+    assert hit(expect="close", policy="fast", other_policy="slow", points=15.5)
+    assert not hit(expect="close", policy="fast", other_policy="slow", points=14.5)
     assert hit(expect="near", policy="fast", reference="ref", points=10.5)
     assert not hit(expect="near", policy="fast", reference="ref", points=9.5)
     with pytest.raises(ClaimError, match="no reference record 'nope'"):
@@ -135,12 +138,21 @@ def test_the_pr_scale_runs_are_paired_only_if_their_legacy_rows_agree() -> None:
         pr_scale_record(new, drifted)
 
 
-def test_the_registered_prediction_is_well_formed() -> None:
-    claims = load_claims((ROOT / "sim" / "studies" / "verl-routing-prediction.toml")
-                         .read_text(encoding="utf-8"))
-    assert {c.row for c in claims} == {f"#{row}" for row in ROW_POLICIES}
-    for claim in claims:
+def test_the_registered_predictions_are_well_formed() -> None:
+    studies = ROOT / "sim" / "studies"
+    claims = load_claims((studies / "verl-routing-prediction.toml").read_text(encoding="utf-8"))
+    groups = load_claims((studies / "group-pins-prediction.toml").read_text(encoding="utf-8"))
+    assert {c.row for c in claims + groups} == {claim_row(row) for row in ROW_POLICIES}
+    assert {c.row for c in groups} == {"#6122", "group pins with a band"}
+    for claim in claims + groups:
         assert claim.policy in (None, *ROW_POLICIES.values()), claim
+
+
+def test_the_group_run_is_the_referees_workloads() -> None:
+    referee = load_sweep(EXAMPLES / "verl-routing.toml")
+    groups = load_sweep(EXAMPLES / "verl-routing-groups.toml")
+    assert groups.workloads == referee.workloads and groups.seed_list() == referee.seed_list()
+    assert [p.name for p in groups.policies] == ["legacy", "group-only", "group-margin-2"]
 
 
 def _rows(name: str, policy: str) -> dict[tuple[str, int], float]:

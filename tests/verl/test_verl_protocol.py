@@ -2,7 +2,8 @@
 
 * Shape: every method of the wheel's ``RequestLoadBalancer`` Protocol and every public
   method of its ``GlobalRequestLoadBalancer`` exists here with the same parameter names
-  and defaults (verl calls them with keywords), synchronously.
+  and defaults (verl calls them with keywords), synchronously; ``acquire_server`` adds
+  only PR #6122's optional ``request_group_id=None`` after verl's parameters.
 * Lockstep (R-LEG-1 through the adapter): random call sequences run on the real upstream
   class and on ``AffinityLoadBalancer`` with verl's defaults side by side, in-process; every
   return value, handle and exception must be identical. Upstream's ``random.choice`` is
@@ -59,7 +60,9 @@ def test_implements_the_request_load_balancer_protocol_and_the_older_api() -> No
     assert len(protocol) == 10 and "get_inflight_count" in legacy
     for name, signature in {**legacy, **protocol}.items():
         assert name in ours, name
-        assert _parameters(ours[name]) == _parameters(signature), name
+        # PR #6122's group argument, optional, so verl 0.9.1's calls bind as before
+        added = [("request_group_id", None)] if name == "acquire_server" else []
+        assert _parameters(ours[name]) == _parameters(signature) + added, name
         assert not inspect.iscoroutinefunction(getattr(AffinityLoadBalancer, name))
     acquire = inspect.signature(AffinityLoadBalancer.acquire_server).parameters
     assert any(p.kind is p.VAR_KEYWORD for p in acquire.values())  # **extra
