@@ -91,7 +91,7 @@ _CONFIG_KEYS = frozenset({
     "affinity_break_margin", "dual_threshold", "max_cache_size", "full_determinism",
     "tie_break", "hash_mode", "lease_accounting", "affinity_break_tokens",
     "affinity_break_band_cap", "group_stickiness", "group_break_margin",
-    "max_group_cache_size",
+    "max_group_cache_size", "placement_margin",
 })
 
 
@@ -118,6 +118,9 @@ def config_to_json(config: Config) -> JSON:
             "group_stickiness": config.group_stickiness.value,
             "group_break_margin": config.group_break_margin,
             "max_group_cache_size": config.max_group_cache_size,
+        }),
+        **({} if config.placement_margin is None else {
+            "placement_margin": config.placement_margin,
         }),
     }
 
@@ -156,6 +159,8 @@ def event_to_json(event: Event) -> JSON:
             out["context_tokens"] = event.context_tokens
         if event.group_id is not None:
             out["group_id"] = event.group_id
+        if event.cached_prefix:
+            out["cached_prefix"] = [list(p) for p in event.cached_prefix]
         return out
     if isinstance(event, Release):
         out = {"op": "release", "server_id": event.server_id}
@@ -175,7 +180,8 @@ _EVENT_FIELDS: Mapping[str, tuple[type[Any], frozenset[str], frozenset[str]]] = 
     MappingProxyType({
     # op -> (class, required fields, optional fields)
     "acquire": (Acquire, frozenset({"request_id"}),
-                frozenset({"tie_draw", "request_hash", "context_tokens", "group_id"})),
+                frozenset({"tie_draw", "request_hash", "context_tokens", "group_id",
+                           "cached_prefix"})),
     "release": (Release, frozenset({"server_id"}), frozenset({"request_id"})),
     "add_servers": (AddServers, frozenset({"server_ids"}), frozenset()),
     "remove_servers": (RemoveServers, frozenset({"server_ids"}), frozenset()),

@@ -32,6 +32,12 @@ Group pins (R-GRP-1), an opt-in extension for the n samples of one prompt (GRPO'
   own entry (PR #6122's ``GroupStickyLoadBalancer``, with the legacy policy).
 
 ``max_group_cache_size`` bounds the group map as ``max_cache_size`` bounds the sticky map.
+
+Prefix-aware placement (R-PFX-1), an opt-in extension: ``placement_margin=m_place`` lets
+a placement choose among the servers within ``min + m_place`` the one whose cache holds
+the most of the request's prefix (the acquire's ``cached_prefix``). ``None`` (the default)
+is least-loaded placement exactly; like the margin it is ignored under
+``full_determinism``.
 ``balance_rel_threshold`` is an exact rational (``fractions.Fraction``), so the gate
 compares integers only.
 """
@@ -165,6 +171,10 @@ def _group_margin(value: object) -> int | None:
     return validate_margin(value, "group_break_margin")
 
 
+def _placement_margin(value: object) -> int | None:
+    return validate_margin(value, "placement_margin")
+
+
 def _as_rel(value: object) -> Fraction:
     rel: Fraction | None = None
     if isinstance(value, Fraction):
@@ -220,6 +230,7 @@ class Config:
                                                     converter=_as_group_stickiness)
     group_break_margin: int | None = attrs.field(default=None, converter=_group_margin)
     max_group_cache_size: int = attrs.field(default=DEFAULT_MAX_CACHE_SIZE)
+    placement_margin: int | None = attrs.field(default=None, converter=_placement_margin)
 
     @affinity_break_band_cap.validator
     def _check_band(self, _a: object, cap: int | None) -> None:
@@ -298,6 +309,11 @@ class Config:
     def groups(self) -> bool:
         """Whether an acquire's ``group_id`` is read at all (R-GRP-1)."""
         return self.group_stickiness is not GroupStickiness.OFF
+
+    @property
+    def prefix_placement(self) -> bool:
+        """Whether placements read the acquire's ``cached_prefix`` (R-PFX-1, R-PFX-5)."""
+        return self.placement_margin is not None and not self.full_determinism
 
     @property
     def evaluates_pins(self) -> bool:

@@ -11,7 +11,9 @@ An event is one call on verl's balancer API, as an immutable value (R-EV-1):
   hashes by itself. ``context_tokens`` is the prompt length the caller knows at acquire
   time; only the context band reads it (R-BAND-1), and its absence counts as zero.
   ``group_id`` names the request's group (the samples of one prompt); only group
-  stickiness reads it (R-GRP-1).
+  stickiness reads it (R-GRP-1). ``cached_prefix`` is the caller's estimate of how many of
+  the request's prompt tokens each server has cached, as ``(server_id, tokens)`` pairs;
+  only prefix-aware placement reads it (R-PFX-3), and a server it does not name counts 0.
 * :class:`Release` -- ``release_server(server_id, request_id=None)``.
 * :class:`AddServers` / :class:`RemoveServers` -- pool changes, in the given order.
 * :class:`ClearStickyCache` -- ``clear_sticky_cache()``.
@@ -112,23 +114,33 @@ def _distinct_server_ids(value: object) -> tuple[str, ...]:
     return ids
 
 
-def _observations(value: object) -> tuple[tuple[str, int], ...]:
+def _server_counts(value: object, name: str, what: str) -> tuple[tuple[str, int], ...]:
+    """``(server_id, n)`` pairs with distinct ids and ``n`` an integer >= 0 (a dict is
+    taken as its items, in order)."""
     pairs = list(value.items()) if isinstance(value, dict) else value
     if isinstance(pairs, str) or not isinstance(pairs, (tuple, list)):
-        raise EventError(f"observed must be (server_id, load) pairs, got {value!r}")
+        raise EventError(f"{name} must be (server_id, {what}) pairs, got {value!r}")
     out: list[tuple[str, int]] = []
     for pair in pairs:
         if not isinstance(pair, (tuple, list)) or len(pair) != 2:
-            raise EventError(f"observed must be (server_id, load) pairs, got {pair!r}")
-        server_id, load = pair
+            raise EventError(f"{name} must be (server_id, {what}) pairs, got {pair!r}")
+        server_id, count = pair
         _check_id("server id", server_id)
-        if not _is_int(load) or load < 0:
+        if not _is_int(count) or count < 0:
             raise EventError(
-                f"observed load of {server_id!r} must be an integer >= 0, got {load!r}")
-        out.append((server_id, load))
+                f"{name} {what} of {server_id!r} must be an integer >= 0, got {count!r}")
+        out.append((server_id, count))
     if len({s for s, _ in out}) != len(out):
-        raise EventError(f"observed server ids must be unique, got {[s for s, _ in out]!r}")
+        raise EventError(f"{name} server ids must be unique, got {[s for s, _ in out]!r}")
     return tuple(out)
+
+
+def _observations(value: object) -> tuple[tuple[str, int], ...]:
+    return _server_counts(value, "observed", "load")
+
+
+def _prefix_estimates(value: object) -> tuple[tuple[str, int], ...]:
+    return _server_counts(value, "cached_prefix", "tokens")
 
 
 @attrs.frozen(kw_only=True)
@@ -138,6 +150,8 @@ class Acquire:
     request_hash: int | None = attrs.field(default=None, validator=_optional_int)
     context_tokens: int | None = attrs.field(default=None, validator=_optional_count)
     group_id: str | None = attrs.field(default=None, validator=_optional_id)
+    cached_prefix: tuple[tuple[str, int], ...] = attrs.field(default=(),
+                                                             converter=_prefix_estimates)
 
 
 @attrs.frozen(kw_only=True)
@@ -167,11 +181,12 @@ class ObserveLoads:
 
 
 def acquire_event(request_id: object, tie_draw: object = 0, request_hash: object = None,
-                  context_tokens: object = None, group_id: object = None) -> Acquire:
+                  context_tokens: object = None, group_id: object = None,
+                  cached_prefix: object = ()) -> Acquire:
     """``Acquire(...)`` with positional arguments, for callers that build one per request."""
     return Acquire(request_id=request_id, tie_draw=tie_draw,  # type: ignore[arg-type]
                    request_hash=request_hash, context_tokens=context_tokens,  # type: ignore[arg-type]
-                   group_id=group_id)  # type: ignore[arg-type]
+                   group_id=group_id, cached_prefix=cached_prefix)  # type: ignore[arg-type]
 
 
 def release_event(server_id: object, request_id: object = None) -> Release:

@@ -17,7 +17,10 @@ An acquire, in order (SPEC §10):
 3. apply the row's recency to the entry it read: a hit is a lookup (touch), a
    removed-server hit deletes the entry (R-ACQ-3), before the empty-pool check (R-ACQ-6);
 4. choose the server: stay on the pin, place (deterministic under ``full_determinism``,
-   else least-loaded) or re-pin least-loaded; an empty pool rejects a placement (R-ACQ-5);
+   else least-loaded) or re-pin least-loaded, each least-loaded choice among
+   :func:`~affinity_core.policy.candidates` (with prefix-aware placement, the admissible
+   servers with the most cached prefix, R-PFX-3); an empty pool rejects a placement
+   (R-ACQ-5);
 5. write the pins the row names, noting the evicted keys (R-LRU-3, R-GRP-4);
 6. bump the row's counter, count the request on the chosen server and grant its lease.
 
@@ -228,7 +231,7 @@ def _acquire(config: Config, state: State, event: Acquire) -> Transition:
     elif rule.choice is Choice.PLACE and config.full_determinism:
         chosen = deterministic_server(config, state, event)
     else:
-        chosen = least_loaded(config, state, event)
+        chosen = least_loaded(config, state, event, moving_from=pinned)
     evicted = evicted_group = None
     if writes_own_pin(config, event, rule):
         assert request_id is not None

@@ -27,6 +27,13 @@ minimum load in pool order: ``k = 0`` (``first``), ``tie_draw mod t`` (``draw``)
 ``stable_hash(key) mod t`` (``hashed``, ``key`` the placement key; an unkeyed request
 falls back to the draw).
 
+With prefix-aware placement (R-PFX-2..4) the servers it picks among are
+:func:`candidates` instead of ``T``: of the *admissible* servers, ``L[s] <= min(L) +
+m_place`` and not the pin being broken, those with the most cached prefix tokens (the
+acquire's ``cached_prefix``, absent counting 0), and of those the least loaded. The
+tie-break then picks among them exactly as among ``T``. With ``m_place`` null the
+candidates are ``T`` itself, and the estimate is never read.
+
 :func:`deterministic_server` (R-DET-2, R-DET-3) ignores load: ``pool[request_hash mod n]``
 (``caller``) or ``sorted(pool)[stable_hash(key) mod n]`` (``stable``).
 
@@ -43,9 +50,9 @@ from .events import Acquire
 from .hashing import stable_hash
 from .state import State, load, loads
 
-__all__ = ["deterministic_server", "is_grouped", "keep_band", "keep_group_pin", "keep_pin",
-           "least_loaded", "needs_draw", "needs_request_hash", "placement_key", "tie_index",
-           "tie_set"]
+__all__ = ["admissible", "candidates", "deterministic_server", "is_grouped", "keep_band",
+           "keep_group_pin", "keep_pin", "least_loaded", "needs_draw", "needs_request_hash",
+           "placement_key", "tie_index", "tie_set"]
 
 
 def keep_band(config: Config, context_tokens: int | None) -> int | None:
@@ -114,8 +121,34 @@ def tie_index(config: Config, ties: int, event: Acquire) -> int:
     return event.tie_draw % ties
 
 
-def least_loaded(config: Config, state: State, event: Acquire) -> str:
-    ties = tie_set(state)
+def admissible(config: Config, state: State, moving_from: str | None) -> tuple[str, ...]:
+    """R-PFX-2: the active servers with ``L[s] <= min(L) + m_place``, in pool order, less
+    ``moving_from``, the pin a break moves the request off (so a re-pin always moves)."""
+    assert config.placement_margin is not None
+    bound = min(loads(state)) + config.placement_margin
+    return tuple(server_id for server_id in state.pool
+                 if load(state, server_id) <= bound and server_id != moving_from)
+
+
+def candidates(config: Config, state: State, event: Acquire,
+               moving_from: str | None = None) -> tuple[str, ...]:
+    """The servers a load-aware placement picks among, in pool order: the tie set
+    (R-TIE-1), or with prefix-aware placement the admissible servers with the most cached
+    prefix tokens and, among those, the least load (R-PFX-3)."""
+    if not config.prefix_placement:
+        return tie_set(state)
+    estimate = dict(event.cached_prefix)
+    servers = admissible(config, state, moving_from)
+    most = max(estimate.get(server_id, 0) for server_id in servers)
+    cached = tuple(s for s in servers if estimate.get(s, 0) == most)
+    lightest = min(load(state, server_id) for server_id in cached)
+    return tuple(server_id for server_id in cached if load(state, server_id) == lightest)
+
+
+def least_loaded(config: Config, state: State, event: Acquire,
+                 moving_from: str | None = None) -> str:
+    """The load-aware placement: the tie-break's pick among :func:`candidates`."""
+    ties = candidates(config, state, event, moving_from)
     return ties[tie_index(config, len(ties), event)]
 
 

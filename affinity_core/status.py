@@ -8,7 +8,8 @@ order), ``total_inflight``, ``active_servers`` and ``registered_handles``; PR #7
 ``policy``, ``tie_break``, ``hash_mode``, ``full_determinism``, ``sticky_entries``,
 ``lease_accounting``, the gate's thresholds when it is configured, ``external_loads`` when
 an observation set any, the lease counters with lease accounting, and the group map's
-size and counters with group stickiness. ``servers`` reports
+size and counters with group stickiness, and ``placement_margin`` when prefix-aware
+placement is configured. ``servers`` reports
 the in-flight counts ``F``, as verl does.
 """
 
@@ -52,6 +53,8 @@ def status(config: Config, state: State) -> dict[str, Any]:
         out["group_entries"] = len(state.groups)
         out["group_kept"] = state.group_kept
         out["group_broken"] = state.group_broken
+    if config.placement_margin is not None:
+        out["placement_margin"] = config.placement_margin
     if config.lease_accounting:
         out["unknown_leases"] = state.leases.unknown_leases
         out["stale_leases"] = state.leases.stale_leases

@@ -10,7 +10,7 @@ of them is allowed. Everywhere else the set is a singleton equal to the referenc
 * kept sticky hit: ``{pin}``;
 * ``full_determinism``: ``{deterministic_server(...)}``;
 * otherwise (new, unkeyed, removed-server re-selection, broken pin): all servers at the
-  minimum load.
+  minimum load, or with prefix-aware placement all of its candidates (R-PFX-3).
 
 It is empty exactly when the acquire is rejected. :func:`draw_for` inverts the ``draw``
 tie-break: the ``tie_draw`` that makes the reference pick a given allowed server. The
@@ -24,24 +24,40 @@ from affinity_core.config import Config, TieBreak
 from affinity_core.events import Acquire
 
 from .machine import ACQUIRE_RULES, Choice, _config_rejection, classify
-from .policy import deterministic_server, keyed_deterministic_server
+from .policy import (
+    deterministic_server,
+    keyed_deterministic_server,
+    plan_of,
+    prefix_candidates,
+)
 from .state import State
 from .values import evolve
 
 __all__ = ["allowed", "draw_for"]
 
 
-def allowed(config: Config, state: State, event: Acquire) -> frozenset[str]:
-    """Servers the spec permits for this acquire (empty iff it is rejected)."""
-    if _config_rejection(config, event) is not None:
-        return frozenset()
+def _lookup(config: Config, state: State, event: Acquire) -> tuple[Choice, str | None]:
     grouped = config.groups and event.group_id is not None and event.request_id is not None
     if grouped:
         lookup, pinned = classify(config, state, event.request_id, event.context_tokens,
                                   event.group_id)
     else:
         lookup, pinned = classify(config, state, event.request_id, event.context_tokens)
-    choice = ACQUIRE_RULES[lookup].choice
+    return ACQUIRE_RULES[lookup].choice, pinned
+
+
+def _ties(config: Config, state: State, event: Acquire, pinned: str | None) -> tuple[str, ...]:
+    if plan_of(config).placement:
+        return tuple(prefix_candidates(config, state.pool, event, pinned))
+    return state.pool.least_loaded_all()
+
+
+def allowed(config: Config, state: State, event: Acquire) -> frozenset[str]:
+    """Servers the spec permits for this acquire (empty iff it is rejected)."""
+    if _config_rejection(config, event) is not None:
+        return frozenset()
+    choice, pinned = _lookup(config, state, event)
+    grouped = config.groups and event.group_id is not None and event.request_id is not None
     if choice is Choice.STAY:
         assert pinned is not None
         return frozenset((pinned,))
@@ -55,7 +71,7 @@ def allowed(config: Config, state: State, event: Acquire) -> frozenset[str]:
             return frozenset((keyed_deterministic_server(config, pool, sorted_servers, event,
                                                          event.group_id),))
         return frozenset((deterministic_server(config, pool, sorted_servers, event),))
-    return frozenset(pool.least_loaded_all())
+    return frozenset(_ties(config, state, event, pinned))
 
 
 def draw_for(config: Config, state: State, event: Acquire, server_id: str) -> Acquire | None:
@@ -66,7 +82,8 @@ def draw_for(config: Config, state: State, event: Acquire, server_id: str) -> Ac
     """
     if server_id not in allowed(config, state, event):
         return None
-    ties = state.pool.least_loaded_all() if len(state.pool) else ()
+    ties = _ties(config, state, event, _lookup(config, state, event)[1]) \
+        if len(state.pool) else ()
     if server_id in ties and config.tie_break is TieBreak.DRAW:
         return evolve(event, tie_draw=ties.index(server_id))
     return event

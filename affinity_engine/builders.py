@@ -46,22 +46,25 @@ def _plain_count(value: object) -> bool:
 
 
 def acquire_event(request_id: object, tie_draw: object = 0, request_hash: object = None,
-                  context_tokens: object = None, group_id: object = None) -> Acquire:
+                  context_tokens: object = None, group_id: object = None,
+                  cached_prefix: object = ()) -> Acquire:
     """``Acquire(request_id=..., ...)``, positionally (see the module docstring)."""
     if ((request_id is None or _plain_id(request_id)) and _plain_count(tie_draw)
             and (request_hash is None or type(request_hash) is int)
             and (context_tokens is None or _plain_count(context_tokens))
-            and (group_id is None or _plain_id(group_id))):
+            and (group_id is None or _plain_id(group_id))
+            and cached_prefix == ()):  # an estimate goes through the validating converter
         event = object.__new__(Acquire)
         object.__setattr__(event, "request_id", request_id)
         object.__setattr__(event, "tie_draw", tie_draw)
         object.__setattr__(event, "request_hash", request_hash)
         object.__setattr__(event, "context_tokens", context_tokens)
         object.__setattr__(event, "group_id", group_id)
+        object.__setattr__(event, "cached_prefix", ())
         return event
     return Acquire(request_id=request_id, tie_draw=tie_draw,  # type: ignore[arg-type]
                    request_hash=request_hash, context_tokens=context_tokens,  # type: ignore[arg-type]
-                   group_id=group_id)  # type: ignore[arg-type]
+                   group_id=group_id, cached_prefix=cached_prefix)  # type: ignore[arg-type]
 
 
 def release_event(server_id: object, request_id: object = None) -> Release:

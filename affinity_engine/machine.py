@@ -70,6 +70,7 @@ from .policy import (
     keyed_least_loaded,
     least_loaded,
     plan_of,
+    prefix_placed,
 )
 from .state import GroupPins, State
 from .values import Value, register
@@ -284,6 +285,8 @@ def _acquire(config: Config, state: State, event: Acquire) -> Transition:
         return Transition(_with_lru(state, lru) if lru is not state.lru else state, reject)
     elif choice is _PLACE and plan.full_determinism:
         chosen = deterministic_server(config, pool, state.sorted_servers, event)
+    elif plan.placement:
+        chosen = prefix_placed(config, pool, event, pinned, rid)
     else:
         chosen = least_loaded(config, pool, event)
     evicted = None
@@ -353,6 +356,8 @@ def _acquire_grouped(config: Config, plan: Plan, state: State, event: Acquire) -
                           reject)
     elif choice is _PLACE and plan.full_determinism:
         chosen = keyed_deterministic_server(config, pool, state.sorted_servers, event, gid)
+    elif plan.placement:
+        chosen = prefix_placed(config, pool, event, pinned, gid)
     else:
         chosen = keyed_least_loaded(config, pool, event, gid)
     evicted = evicted_group = None

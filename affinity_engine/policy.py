@@ -26,6 +26,12 @@ in pool order: ``k = 0`` (``first``), ``k = tie_draw mod t`` (``draw``) or
 ``k = stable_hash(request_id) mod t`` (``hashed``; unkeyed requests fall back to the
 draw).
 
+``prefix_candidates`` (R-PFX-2..4): with prefix-aware placement, one pass over the pool
+keeps the servers within ``min + m_place`` (never the pin a break moves off) that have the
+most cached prefix tokens and, among those, the least load; the tie-break then picks
+among them as among the least-loaded servers. Off the hot path: it runs only when
+``placement_margin`` is set.
+
 ``deterministic_server`` (R-DET-1..3), under ``full_determinism``, ignores load:
 ``pool[request_hash mod n]`` (``caller``) or ``sorted(pool)[stable_hash(rid) mod n]``
 (``stable``).
@@ -52,7 +58,7 @@ from .loads import LoadTable
 
 __all__ = ["Plan", "deterministic_server", "keep_band", "keep_group_pin", "keep_pin",
            "keyed_deterministic_server", "keyed_least_loaded", "least_loaded", "needs_draw",
-           "needs_request_hash", "plan_of", "tie_index"]
+           "needs_request_hash", "plan_of", "prefix_candidates", "prefix_placed", "tie_index"]
 
 # The enum members compared on the hot path, read once: in the compiled build a member
 # read on the (uncompiled) enum class is a generic attribute lookup on every call.
@@ -77,8 +83,8 @@ class Plan:
     """
 
     __slots__ = ("cap", "config", "full_determinism", "gate", "group_cache", "group_margin",
-                 "group_only", "groups", "hash_mode", "lease_accounting", "margin", "tie_break",
-                 "tokens")
+                 "group_only", "groups", "hash_mode", "lease_accounting", "margin",
+                 "placement", "placement_margin", "tie_break", "tokens")
 
     def __init__(self, config: Config) -> None:
         self.config = config  # the configuration this plan was made from (identity)
@@ -95,6 +101,10 @@ class Plan:
         self.group_only: bool = config.group_stickiness is _ONLY
         self.group_margin: int | None = config.group_break_margin
         self.group_cache: int = config.max_group_cache_size
+        # Prefix-aware placement (R-PFX-1): ``placement`` is the one field the plain
+        # placement path tests; it is false under full_determinism (R-PFX-5).
+        self.placement_margin: int | None = config.placement_margin
+        self.placement: bool = config.placement_margin is not None and not config.full_determinism
 
 
 @final
@@ -212,6 +222,41 @@ def tie_index(config: Config, ties: int, event: Acquire) -> int:
 def least_loaded(config: Config, pool: LoadTable, event: Acquire) -> str:
     """A least-loaded active server, chosen by the configured tie-break."""
     return pool.least_loaded(tie_index(config, pool.tie_count, event))
+
+
+def prefix_candidates(config: Config, pool: LoadTable, event: Acquire,
+                      moving_from: str | None) -> list[str]:
+    """The servers a prefix-aware placement picks among, in pool order (R-PFX-2, R-PFX-3):
+    within ``min + m_place``, not ``moving_from``, the most cached prefix tokens, then the
+    least load."""
+    margin = plan_of(config).placement_margin
+    assert margin is not None
+    bound = pool.min_load + margin
+    estimate = dict(event.cached_prefix)
+    best: list[str] = []
+    best_cached = best_load = -1
+    for server, load in pool.items():
+        if load > bound or server == moving_from:
+            continue
+        cached = estimate.get(server, 0)
+        if cached > best_cached or (cached == best_cached and load < best_load):
+            best, best_cached, best_load = [server], cached, load
+        elif cached == best_cached and load == best_load:
+            best.append(server)
+    return best
+
+
+def prefix_placed(config: Config, pool: LoadTable, event: Acquire, moving_from: str | None,
+                  key: str | None) -> str:
+    """The tie-break's pick among :func:`prefix_candidates`; ``key`` is what ``hashed``
+    hashes (the placement key: a grouped acquire's group id, else the request id)."""
+    ties = prefix_candidates(config, pool, event, moving_from)
+    mode = plan_of(config).tie_break
+    if mode is _FIRST:
+        return ties[0]
+    if mode is _HASHED and key is not None:
+        return ties[stable_hash(key) % len(ties)]
+    return ties[event.tie_draw % len(ties)]
 
 
 def deterministic_server(

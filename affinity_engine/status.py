@@ -8,7 +8,8 @@ Theory of operation
 Affinity's own ``policy``, ``tie_break``, ``hash_mode``, ``full_determinism``,
 ``sticky_entries`` and, with lease accounting, ``unknown_leases`` and ``stale_leases``;
 the group fields (``group_stickiness``, ``group_entries``, ``group_kept``,
-``group_broken``) when group stickiness is on; ``external_loads`` when an
+``group_broken``) when group stickiness is on; ``placement_margin`` when prefix-aware
+placement is configured; ``external_loads`` when an
 :class:`~affinity_engine.events.ObserveLoads` set any. The ``servers`` counts are the
 router's own in-flight counts, as in verl.
 """
@@ -54,6 +55,8 @@ def status(config: Config, state: State) -> dict[str, Any]:
         out["group_entries"] = len(state.groups.lru)
         out["group_kept"] = state.groups.kept
         out["group_broken"] = state.groups.broken
+    if config.placement_margin is not None:
+        out["placement_margin"] = config.placement_margin
     if config.lease_accounting:
         out["unknown_leases"] = state.leases.unknown_leases
         out["stale_leases"] = state.leases.stale_leases

@@ -17,7 +17,8 @@ tallies.
   one call at a time, the router runs on its event loop, the simulator is a loop), and
   ``step`` neither blocks nor yields, so no lock is needed.
 * **Acquire events.** :meth:`~RoutingDriver.acquire` builds ``Acquire(request_id,
-  tie_draw, request_hash, context_tokens, group_id)`` with the engine's fast builder. It
+  tie_draw, request_hash, context_tokens, group_id, cached_prefix)`` with the engine's
+  fast builder. It
   calls the draw source only where the core can read the draw
   (:func:`affinity_engine.needs_draw`, SPEC R-TIE-5), passing the size of the tie set,
   and the hash source only where the core can read the hash
@@ -25,7 +26,10 @@ tallies.
   what it hashes is the acquire's placement key
   (:func:`affinity_core.policy.placement_key`): the group id of a grouped acquire, so
   every sibling of a group lands on the same server (R-GRP-6), else the request id.
-  Elsewhere the event carries ``0`` and ``None``. Where a draw is made is therefore the
+  Elsewhere the event carries ``0`` and ``None``. With prefix-aware placement the tie
+  set is not what the draw picks from (the candidates of R-PFX-3 are, and only the core
+  knows them), so the draw is made over :data:`PREFIX_DRAWS` values, whose residues are
+  exactly uniform for every candidate count up to 16. Where a draw is made is therefore the
   core's rule, not each user's. How it is made is the user's choice: :func:`seeded_draw`
   mirrors verl 0.9.1's ``random.choice``, and the router and the simulator pass their
   own seeded sources, so their runs stay reproducible per seed.
@@ -109,6 +113,9 @@ it is grouped), for ``hash_mode = "caller"`` (R-DET-2, R-GRP-6)."""
 
 # needs_draw asks only whether an acquire has a request id, not which one.
 _KEYED = "keyed"
+# lcm(1..16): a draw uniform over this many values is uniform modulo any candidate count
+# up to 16 (the draw picks among R-PFX-3's candidates, which only the core computes).
+PREFIX_DRAWS = 720720
 # What step returns for an acquire (R-OUT-1); for a release it is always Released.
 _AcquireOutcome = Acquired | Rejected
 
@@ -161,6 +168,7 @@ class RoutingDriver:
         self._hash = request_hash
         self._needs_hash = needs_request_hash(config)
         self._groups = config.groups  # whether an acquire's group id is read at all
+        self._prefix = config.prefix_placement  # whether its cached_prefix is read
         self._log: DecisionLogWriter | None = None
         self._required = False
         self._releases: dict[str, Release] = {}
@@ -243,33 +251,40 @@ class RoutingDriver:
         return transition.outcome
 
     def acquire(self, request_id: str | None, context_tokens: int | None = None,
-                group_id: str | None = None) -> Acquired | Rejected:
+                group_id: str | None = None,
+                cached_prefix: Iterable[tuple[str, int]] = ()) -> Acquired | Rejected:
         """Route one request (``request_id`` None: unkeyed). ``context_tokens`` rides on
         the event as given; only the context band reads it. ``group_id`` rides on it with
-        group stickiness on; with it off the core never reads a group (R-GRP-1), so it is
+        group stickiness on, and ``cached_prefix`` (``(server_id, tokens)`` pairs) with
+        prefix-aware placement; where the core never reads one (R-GRP-1, R-PFX-1) it is
         left out: the event, its log record and the hot path are those of a caller that
         sends none. A malformed field raises the core's ``EventError`` before anything
         changes."""
         if not self._groups:
             group_id = None
-        if context_tokens is None and group_id is None and request_id is not None:
+        estimate = tuple(cached_prefix) if self._prefix else ()
+        if (context_tokens is None and group_id is None and not estimate
+                and request_id is not None):
             return cast(_AcquireOutcome, self.acquire_keyed(request_id))
         return cast(_AcquireOutcome,
-                    self._acquire_event(request_id, context_tokens, group_id))
+                    self._acquire_event(request_id, context_tokens, group_id, estimate))
 
     def _acquire_event(self, request_id: str | None, context_tokens: int | None,
-                       group_id: str | None = None) -> Outcome:
-        """An acquire with its draw, hash, context and group, through :meth:`apply`."""
+                       group_id: str | None = None,
+                       cached_prefix: tuple[tuple[str, int], ...] = ()) -> Outcome:
+        """An acquire with its draw, hash, context, group and estimate, through
+        :meth:`apply`."""
         draw = 0
         if needs_draw(self.config, request_id):
             pool = self.state.pool
-            draw = self._draw(pool.tie_count if len(pool) else 0)
-        event = acquire_event(request_id, draw, None, context_tokens, group_id)
+            draw = self._draw(PREFIX_DRAWS if self._prefix
+                              else pool.tie_count if len(pool) else 0)
+        event = acquire_event(request_id, draw, None, context_tokens, group_id, cached_prefix)
         if self._needs_hash:
             key = placement_key(self.config, event)  # the group id of a grouped acquire
             if isinstance(key, str):
                 event = acquire_event(request_id, draw, self._hash(key), context_tokens,
-                                      group_id)
+                                      group_id, cached_prefix)
         return self.apply(event)
 
     def acquire_keyed(self, request_id: str) -> Outcome:
@@ -299,9 +314,10 @@ class RoutingDriver:
         return cast(Released, self.apply(release_event(server_id, request_id)))
 
     def lease(self, request_id: str | None, context_tokens: int | None = None,
-              group_id: str | None = None) -> Lease | Rejected:
+              group_id: str | None = None,
+              cached_prefix: Iterable[tuple[str, int]] = ()) -> Lease | Rejected:
         """:meth:`acquire`, held as a :class:`Lease` (counted in :attr:`held`)."""
-        outcome = self.acquire(request_id, context_tokens, group_id)
+        outcome = self.acquire(request_id, context_tokens, group_id, cached_prefix)
         if isinstance(outcome, Rejected):
             return outcome
         server_id = outcome.server_id
