@@ -153,6 +153,7 @@ def _family_requirements(suite: str, config: Config) -> list[str]:
         "leases": ["R-LEASE-3", "R-LEASE-5"], "observations": ["R-OBS-1", "R-OBS-2", "R-OBS-3"],
         "group": ["R-GRP-2", "R-GRP-3", "R-GRP-4", "R-GRP-5", "R-GRP-7"]
                  + (["R-GRP-8"] if config.group_stickiness.value == "only" else []),
+        "prefix": ["R-PFX-2", "R-PFX-3", "R-PFX-4"],
     }
     return common + extra.get(suite, [])
 

@@ -40,7 +40,10 @@ signatures:
    the sticky map; ``group_optional`` needs such an instance to route a keyed acquire
    without a group id (R-GRP-7; PR #6122's class refuses one). When only half of
    ``group_pins`` is there, :attr:`Impl.notes` says which half is missing, and the report
-   names it instead of the bare feature.
+   names it instead of the bare feature. ``prefix_placement`` needs ``placement_margin``
+   accepted *and* an ``acquire_server`` that takes ``cached_prefix`` (by name or
+   ``**kwargs``), through which each acquire's estimate is delivered as a
+   ``{server_id: tokens}`` dict.
 
 A case needing an unsupported feature is reported ``unsupported``, never run, so a class
 without a margin is told "unsupported", not crashed. Every failure here is a
@@ -63,9 +66,9 @@ import attrs
 
 from affinity_engine import Config, HashMode, TieBreak
 
-__all__ = ["CONTEXT_FIELDS", "CONVENTIONS", "GROUP_FIELD", "REQUIRED_METHODS", "Impl",
-           "ImplError", "context_field", "declared_acquire_fields", "load_impl",
-           "takes_group_id"]
+__all__ = ["CONTEXT_FIELDS", "CONVENTIONS", "GROUP_FIELD", "PREFIX_FIELD", "REQUIRED_METHODS",
+           "Impl", "ImplError", "context_field", "declared_acquire_fields", "load_impl",
+           "takes_group_id", "takes_keyword"]
 
 CONVENTIONS = ("auto", "verl", "pr7435", "kwargs", "yaml")
 REQUIRED_METHODS = ("acquire_server", "release_server", "add_servers", "remove_servers",
@@ -73,6 +76,7 @@ REQUIRED_METHODS = ("acquire_server", "release_server", "add_servers", "remove_s
 _PROBE_SERVERS = ("p0", "p1")
 CONTEXT_FIELDS = ("prompt_ids", "context_tokens")  # acquire fields that carry the band's c
 GROUP_FIELD = "request_group_id"  # PR #6122's acquire keyword carrying the group id
+PREFIX_FIELD = "cached_prefix"  # the acquire keyword carrying the estimate (R-PFX-3)
 _GROUP_PROBE_CACHE = 8  # a probe's max_cache_size (and, but for group_cache_size, group's)
 
 
@@ -195,6 +199,8 @@ class Impl:
             if config.group_break_margin is not None:
                 options["group_break_margin"] = config.group_break_margin
             options["max_group_cache_size"] = config.max_group_cache_size
+        if config.placement_margin is not None:
+            options["placement_margin"] = config.placement_margin
         return options
 
     def build(self, servers: list[str], options: Mapping[str, Any]) -> Any:
@@ -256,13 +262,18 @@ def _server_of(result: Any) -> Any:
     return result[0] if isinstance(result, tuple) and result else result
 
 
-def takes_group_id(method: Callable[..., Any]) -> bool:
-    """Whether ``acquire_server`` takes ``request_group_id`` (by name or ``**kwargs``)."""
+def takes_keyword(method: Callable[..., Any], name: str) -> bool:
+    """Whether ``method`` takes the keyword ``name`` (by name or ``**kwargs``)."""
     try:
         params = inspect.signature(method).parameters
     except (TypeError, ValueError):
         return False
-    return GROUP_FIELD in params or any(p.kind is p.VAR_KEYWORD for p in params.values())
+    return name in params or any(p.kind is p.VAR_KEYWORD for p in params.values())
+
+
+def takes_group_id(method: Callable[..., Any]) -> bool:
+    """Whether ``acquire_server`` takes ``request_group_id`` (by name or ``**kwargs``)."""
+    return takes_keyword(method, GROUP_FIELD)
 
 
 def _takes_request_id(method: Callable[..., Any]) -> bool:
@@ -352,6 +363,8 @@ def load_impl(spec: str, convention: str = "auto") -> Impl:
     if probe is not None and _probe_unkeyed(probe):
         features.add("unkeyed")
     notes = _group_features(accepts, base, features)
+    if accepts(placement_margin=1) and takes_keyword(base.acquire_server, PREFIX_FIELD):
+        features.add("prefix_placement")
     return Impl(spec, factory, style if chosen in ("kwargs", "yaml") else chosen,
                 frozenset(features), gate_style, accepts_tie_break, release_rid, notes)
 

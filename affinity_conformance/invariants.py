@@ -13,8 +13,8 @@ functions on concrete inputs.
 State-level: :func:`well_formed`. Step-level, on ``(config, pre, event, transition)``:
 :func:`decision_in_pool`, :func:`within_band`, :func:`placement_is_argmin`,
 :func:`acquire_effect`, :func:`counters_monotonic`, :func:`rejection_preserves_state`,
-:func:`break_moves`, :func:`no_starvation`. History-level: :class:`Ledger` with
-:func:`counters_consistent` and :func:`conserved`. Projection: :func:`project`,
+:func:`break_moves`, :func:`no_starvation`, :func:`prefix_choice`. History-level:
+:class:`Ledger` with :func:`counters_consistent` and :func:`conserved`. Projection: :func:`project`,
 comparing the core with :class:`~affinity_conformance.legacy.LegacyModel`.
 
 The keep band is restated here from SPEC §7.5 (:func:`spec_band`) rather than imported from
@@ -48,6 +48,7 @@ __all__ = [
     "legacy_projection",
     "no_starvation",
     "placement_is_argmin",
+    "prefix_choice",
     "project",
     "rejection_preserves_state",
     "spec_band",
@@ -123,10 +124,20 @@ def within_band(config: Config, pre: State, t: Transition, event: Event | None =
     if o.path is Path.GROUP_KEPT:  # R-GRP-3: the group's own margin, when it has one
         margin = config.group_break_margin
         return pre.pool.load(o.server_id) <= low + (band if margin is None else margin)
-    return pre.pool.load(o.server_id) == low
+    return pre.pool.load(o.server_id) <= low + _placement_slack(config)
 
 
 _BREAKS = (Path.BROKEN, Path.GROUP_BROKEN)
+_STAYS = (Path.KEPT, Path.GROUP_KEPT)
+
+
+def _placement_slack(config: Config) -> int:
+    """How far above the minimum a load-aware choice may land: ``placement_margin`` with
+    prefix-aware placement (R-PFX-2, R-PFX-4), else 0 (R-PLACE-1); under
+    ``full_determinism`` the margin is ignored (R-PFX-5)."""
+    if config.placement_margin is None or config.full_determinism:
+        return 0
+    return config.placement_margin
 
 
 def group_pins(state: State) -> list[tuple[str, str]]:
@@ -135,13 +146,36 @@ def group_pins(state: State) -> list[tuple[str, str]]:
 
 
 def placement_is_argmin(config: Config, pre: State, t: Transition) -> bool:
-    """R-PLACE-1: new, unkeyed, re-selected and broken placements land on a minimum."""
+    """R-PLACE-1: new, unkeyed, re-selected and broken placements land on a minimum (with
+    prefix-aware placement, within ``min + placement_margin``: R-PFX-4)."""
     o = t.outcome
-    if not isinstance(o, Acquired) or o.path in (Path.KEPT, Path.GROUP_KEPT):
+    if not isinstance(o, Acquired) or o.path in _STAYS:
         return True
     if config.full_determinism and o.path not in _BREAKS:
         return True
-    return pre.pool.load(o.server_id) == pre.pool.min_load
+    return pre.pool.load(o.server_id) <= pre.pool.min_load + _placement_slack(config)
+
+
+def prefix_choice(config: Config, pre: State, event: Event, t: Transition) -> bool:
+    """R-PFX-2 / R-PFX-3, restated: with prefix-aware placement a load-aware choice is an
+    admissible server (``L <= min + m_place``, not the pin it moves off) with the most
+    cached prefix tokens among the admissible ones, and the least load among those."""
+    o = t.outcome
+    if (not isinstance(o, Acquired) or o.path in _STAYS or config.full_determinism
+            or config.placement_margin is None):
+        return True
+    assert isinstance(event, Acquire)
+    loads = dict(pre.pool.items())
+    cached = dict(event.cached_prefix)
+    bound = min(loads.values()) + config.placement_margin
+    moved_off = o.previous if o.path in _BREAKS else None
+    admissible = [s for s, n in loads.items() if n <= bound and s != moved_off]
+    if o.server_id not in admissible:
+        return False
+    most = max(cached.get(s, 0) for s in admissible)
+    if cached.get(o.server_id, 0) != most:
+        return False
+    return loads[o.server_id] == min(loads[s] for s in admissible if cached.get(s, 0) == most)
 
 
 def break_moves(pre: State, t: Transition) -> bool:
@@ -224,7 +258,9 @@ def no_starvation(config: Config, pre: State, t: Transition, event: Event | None
         return True
     if pre.pool.min_load > 0:
         return True
-    return pre.pool.load(o.server_id) <= m
+    # R-PFX-4: a load-aware choice may use the placement margin's slack too.
+    bound = m if o.path in _STAYS else max(m, _placement_slack(config))
+    return pre.pool.load(o.server_id) <= bound
 
 
 def leases_match_loads(config: Config, state: State) -> bool:
@@ -246,6 +282,7 @@ def step_invariants(config: Config, pre: State, event: Event, t: Transition) -> 
         "counters_monotonic": counters_monotonic(pre, t),
         "rejection_preserves_state": rejection_preserves_state(pre, t),
         "no_starvation": no_starvation(config, pre, t, event),
+        "prefix_choice": prefix_choice(config, pre, event, t),
         "leases_match_loads": leases_match_loads(config, t.state),
     }
 

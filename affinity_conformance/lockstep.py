@@ -33,7 +33,9 @@ huge ``c`` costs no memory; only its length means anything), ``"context_tokens"`
 An acquire that carries a ``group_id`` (SPEC section 7.6) reaches the implementation in PR
 #6122's call shape, ``acquire_server(request_id=..., request_group_id=group_id)``; one
 without is called exactly as before. An implementation whose ``acquire_server`` refuses
-the keyword is told so in words (R-GRP-2), not with a traceback.
+the keyword is told so in words (R-GRP-2), not with a traceback. An acquire that carries
+a ``cached_prefix`` estimate (SPEC section 8.1) passes it as ``cached_prefix={server_id:
+tokens}``; one without passes nothing.
 
 Under ``full_determinism`` with ``hash_mode="caller"`` the core's ``request_hash`` is
 ``hash(placement key)`` -- ``hash(request_id)``, or a grouped acquire's ``hash(group_id)``
@@ -62,7 +64,6 @@ from affinity_engine import (
     Config,
     Event,
     HashMode,
-    LoadTable,
     ObserveLoads,
     Rejected,
     RejectReason,
@@ -85,7 +86,7 @@ from .diagnosis import (
     explain_state_change,
     note_repin,
 )
-from .impl_loader import GROUP_FIELD, Impl, context_field
+from .impl_loader import GROUP_FIELD, PREFIX_FIELD, Impl, context_field
 from .invariants import group_pins
 
 __all__ = ["COMPARED_STATUS_KEYS", "PROMPT_LIST_LIMIT", "Divergence", "Lockstep",
@@ -196,6 +197,8 @@ class Lockstep:
             extra = acquire_extra(self._context_field, event.context_tokens)
             if event.group_id is not None:
                 extra[GROUP_FIELD] = event.group_id
+            if event.cached_prefix:
+                extra[PREFIX_FIELD] = dict(event.cached_prefix)
             result: Any = self.instance.acquire_server(request_id=event.request_id, **extra)
             chosen, raised = _server_of(result), None
         except Exception as exc:
@@ -221,7 +224,7 @@ class Lockstep:
         # sticky map is no longer its log's tip, and the next read of it re-derives the
         # whole map (StickyLru, "a non-tip version"), once per acquire here.
         victim = _victim(pre, event)
-        fed = event if exact or raised is not None else _with_choice(pre.pool, event, chosen)
+        fed = event if exact or raised is not None else _with_choice(permitted, event, chosen)
         t = step(config, pre, event)
         assert isinstance(t.outcome, Acquired)
         reference = t.outcome.server_id
@@ -378,15 +381,18 @@ def _refused_group_field(raised: BaseException) -> bool:
     return isinstance(raised, TypeError) and GROUP_FIELD in str(raised)
 
 
-def _with_choice(pool: LoadTable, event: Acquire, chosen: object) -> Acquire:
+def _with_choice(permitted: list[str], event: Acquire, chosen: object) -> Acquire:
     """The event whose tie draw makes the core pick ``chosen`` (refinement, R-REL-2).
 
-    ``chosen`` is one of the permitted servers (checked by the caller), so only the pool's
-    ties matter: this is :func:`draw_for` without its permission check, which would read
-    the sticky map. Under ``hashed`` (unkeyed) the draw decides as it does under ``draw``.
+    ``permitted`` is :func:`affinity_engine.allowed` in pool order, which for a choice
+    among ties is exactly the list the draw indexes (the tie set, or with prefix-aware
+    placement the candidates of R-PFX-3), and ``chosen`` is one of them (checked by the
+    caller): this is :func:`draw_for` without re-reading the state. Under ``hashed``
+    (unkeyed) the draw decides as it does under ``draw``.
     """
-    ties = pool.least_loaded_all() if len(pool) else ()
-    return evolve(event, tie_draw=ties.index(chosen)) if chosen in ties else event
+    if len(permitted) > 1 and chosen in permitted:
+        return evolve(event, tie_draw=permitted.index(chosen))
+    return event
 
 
 def _victim(pre: State, event: Acquire) -> tuple[str, str] | None:

@@ -114,12 +114,15 @@ class Scenario:
                 expect: str | None = None, path: str | None = None,
                 evicted: str | None = None, context: int | None = None,
                 group: str | None = None, previous: str | None = None,
-                evicted_group: str | None = None) -> Scenario:
+                evicted_group: str | None = None,
+                cached: Mapping[str, int] | None = None) -> Scenario:
         """One acquire; ``context`` is its ``context_tokens`` (the band's c, R-BAND-1),
-        ``group`` its ``group_id`` (R-GRP-2)."""
+        ``group`` its ``group_id`` (R-GRP-2), ``cached`` its ``cached_prefix`` estimate
+        (R-PFX-3), in keyword order."""
         outcome = self.apply(Acquire(request_id=request_id, tie_draw=draw,
                                      request_hash=request_hash, context_tokens=context,
-                                     group_id=group))
+                                     group_id=group,
+                                     cached_prefix=tuple((cached or {}).items())))
         self.hand_checks += sum(x is not None for x in (expect, path, evicted, previous,
                                                         evicted_group))
         if not isinstance(outcome, Acquired):
@@ -375,6 +378,11 @@ def features_of(config: Config, events: Sequence[Event], steps: Sequence[dict[st
     # never read): a consumer that does not know the field must not be judged on it.
     if config.groups or any(isinstance(e, Acquire) and e.group_id is not None for e in events):
         needed.add("group_pins")
+    # Prefix-aware placement, or any acquire carrying cached_prefix (even where R-PFX-1
+    # says it is never read), as for the band and groups above.
+    if config.placement_margin is not None or any(
+            isinstance(e, Acquire) and e.cached_prefix for e in events):
+        needed.add("prefix_placement")
     if _group_optional(config, events):
         needed.add("group_optional")
     if config.groups:

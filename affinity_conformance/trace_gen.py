@@ -96,6 +96,9 @@ class Family:
     # group_id values an acquire draws from (R-GRP-2); empty: never set, and no random
     # number is drawn for it, so the other families' streams are unchanged.
     groups: tuple[str | None, ...] = ()
+    # cached-prefix token counts an acquire's estimate draws from, one per active server
+    # (R-PFX-3); empty: never set, and no random number is drawn for it.
+    prefix_tokens: tuple[int, ...] = ()
 
     def config(self) -> Config:
         return Config(**self.options)
@@ -142,6 +145,17 @@ FAMILIES: tuple[Family, ...] = (
                                           "affinity_break_margin": 1, "group_break_margin": 0,
                                           "max_group_cache_size": 2},
            rids=("a", "b", "c", "d", "e"), groups=("g1", "g2", "g3", None)),
+    # Prefix-aware placement (SPEC section 8.1), appended last for the same reason. The
+    # estimates are drawn from few values so that equal estimates (the load tie-break,
+    # then the configured one) are common.
+    Family("prefix_m1_p2", "prefix", {"affinity_break_margin": 1, "placement_margin": 2},
+           prefix_tokens=(0, 0, 16, 64), unkeyed_percent=10),
+    Family("prefix_m0_p1_draw", "prefix", {"affinity_break_margin": 0, "placement_margin": 1,
+                                           "tie_break": "draw"}, prefix_tokens=(0, 32)),
+    Family("prefix_groups_hashed", "prefix", {"affinity_break_margin": 1, "placement_margin": 3,
+                                              "group_stickiness": "fallback",
+                                              "group_break_margin": 0, "tie_break": "hashed"},
+           groups=("g1", "g2", None), prefix_tokens=(0, 16, 16, 48)),
 )
 
 
@@ -183,8 +197,10 @@ def _draw_event(family: Family, config: Config, state: State, universe: Sequence
         request_hash = rng.below(13) - 3
     context = rng.choice(family.contexts) if family.contexts else None
     group = rng.choice(family.groups) if family.groups else None
+    cached = tuple((sid, rng.choice(family.prefix_tokens)) for sid in active) \
+        if family.prefix_tokens else ()
     return Acquire(request_id=rid, tie_draw=draw, request_hash=request_hash,
-                   context_tokens=context, group_id=group)
+                   context_tokens=context, group_id=group, cached_prefix=cached)
 
 
 def _draw_release(family: Family, state: State, active: Sequence[str],

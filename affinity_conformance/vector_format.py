@@ -86,7 +86,7 @@ GENERATOR = "affinity_conformance.generate 1"
 # Suite order is report order: the verl-compatible suites first.
 SUITES: tuple[str, ...] = (
     "legacy", "eviction", "failover", "determinism", "margin", "band", "counters",
-    "dual_threshold", "ties", "unkeyed", "leases", "observations", "group", "validation",
+    "dual_threshold", "ties", "unkeyed", "leases", "observations", "group", "prefix", "validation",
     "counterexamples",
     "regressions",
 )
@@ -114,6 +114,8 @@ FEATURES: tuple[str, ...] = (
     "group_fallback",    # constructor takes group_stickiness="fallback"
     "group_margin",      # constructor takes group_break_margin (an integer)
     "group_cache_size",  # constructor takes a max_group_cache_size other than max_cache_size
+    "prefix_placement",  # constructor takes placement_margin and acquire_server takes
+                         # cached_prefix, a {server_id: tokens} estimate (R-PFX-1..3)
     "core_events",       # uses what only the core API expresses (malformed events, absent
                          # request_hash, duplicate server ids): not checkable through verl's API
 )

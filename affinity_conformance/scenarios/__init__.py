@@ -25,13 +25,14 @@ from . import (
     group,
     legacy,
     margin,
+    prefix,
     validation,
 )
 
 __all__ = ["all_scenarios"]
 
 MODULES = (legacy, eviction, failover, determinism, margin, band, counters, dual_threshold,
-           extensions, group, validation)
+           extensions, group, prefix, validation)
 
 
 def all_scenarios() -> Iterator[Scenario | dict[str, Any]]:

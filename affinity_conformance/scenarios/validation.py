@@ -30,6 +30,7 @@ CONFIG_FEATURES = {
     "full_determinism": "full_determinism", "hash_mode": "hash_stable",
     "tie_break": "tie_hashed", "lease_accounting": "lease_accounting",
     "affinity_break_tokens": "context_band", "affinity_break_band_cap": "context_band",
+    "placement_margin": "prefix_placement",
 }
 
 _GATE = "dual_threshold"
@@ -98,6 +99,14 @@ CONFIG_REJECTIONS: tuple[tuple[str, str, dict[str, Any], str], ...] = (
      {"affinity_break_margin": 1, "affinity_break_band_cap": 3}, "affinity_break_tokens"),
     ("band_without_margin", "R-CFG-6",
      {"affinity_break_tokens": 10, "affinity_break_band_cap": 3}, "affinity_break_margin"),
+    # R-PFX-1, prefix-aware placement: the margin's range and refusals.
+    ("placement_margin_negative", "R-PFX-1 R-CFG-3", {"placement_margin": -1},
+     "placement_margin"),
+    ("placement_margin_fraction", "R-PFX-1 R-CFG-3", {"placement_margin": 0.5},
+     "placement_margin"),
+    ("placement_margin_true", "R-PFX-1 R-CFG-1", {"placement_margin": True},
+     "placement_margin"),
+    ("placement_margin_string", "R-PFX-1", {"placement_margin": "2"}, "placement_margin"),
     ("band_with_gate_instead_of_margin", "R-CFG-6 R-POL-1",
      {_GATE: {"balance_abs_threshold": 2}, "affinity_break_tokens": 10,
       "affinity_break_band_cap": 3}, "affinity_break_margin"),
@@ -157,6 +166,8 @@ def _accepted_surprises() -> Iterator[Scenario]:
         ("band_integral_floats", "R-CFG-6", _band(1, 100.0, 3.0),
          {"affinity_break_margin": 1, "affinity_break_tokens": 100,
           "affinity_break_band_cap": 3}),
+        ("placement_margin_integral_float", "R-PFX-1 R-CFG-3", {"placement_margin": 2.0},
+         {"placement_margin": 2}),
     )
     for case, reqs, raw, options in forms:
         run = Scenario(SUITE, f"accepted_{case}", f"The configuration {raw} is valid and "
@@ -194,5 +205,11 @@ def _events() -> Iterator[Scenario]:
     run.bad_event({"op": "clear_sticky_cache", "all": True}, "all")
     run.bad_event({"op": "observe_loads", "observed": [["s0", -1]]}, "observed")
     run.bad_event({"op": "observe_loads", "observed": [["s0", 1], ["s0", 2]]}, "observed")
+    run.bad_event({"op": "acquire", "request_id": "a", "cached_prefix": [["s0", -1]]},
+                  "cached_prefix")
+    run.bad_event({"op": "acquire", "request_id": "a",
+                   "cached_prefix": [["s0", 1], ["s0", 2]]}, "cached_prefix")
+    run.bad_event({"op": "acquire", "request_id": "a", "cached_prefix": "s0"},
+                  "cached_prefix")
     run.acquire("b", expect="s1").check()
     yield run
