@@ -33,15 +33,19 @@ from .z3_all_n import param_lemma
 from .z3_group_lemmas import GROUP_MUTANTS
 from .z3_param_kit import ParamResult
 from .z3_param_kit import run as run_param
+from .z3_prefix_lemmas import PREFIX_MUTANTS
 from .z3_structures import MERGE_LEMMAS, run_merge
 
-__all__ = ["ALL_N_SCOPE", "BAND_SCOPE", "GROUP_SCOPE", "STRUCTURE_MUTANTS", "WIDE_MUTANTS",
-           "conformance_wide_job", "merge_job", "structure_job", "z3_param_job"]
+__all__ = ["ALL_N_SCOPE", "BAND_SCOPE", "GROUP_SCOPE", "PREFIX_SCOPE", "STRUCTURE_MUTANTS",
+           "WIDE_MUTANTS", "conformance_wide_job", "merge_job", "prefix_sweep_job",
+           "structure_job", "z3_param_job"]
 
 ALL_N_SCOPE = "N >= 1, loads >= 0, margins >= 0, every integer hash"
 BAND_SCOPE = "N >= 1, loads >= 0, m >= 0, T >= 1, cap >= max(m, 1), context >= 0"
 GROUP_SCOPE = ("N >= 1, loads >= 0, m >= 0 or either other policy, group_break_margin >= 0 "
                "or null, every integer hash, fallback and only, every own and group lookup")
+PREFIX_SCOPE = ("N >= 1, loads >= 0, m >= 0 or either other policy, placement_margin >= 0 "
+                "or null, every integer hash, every cached-prefix estimate >= 0")
 
 _ENCODED = {  # encoded-only mutants of the all-N lemmas (no monkeypatch of the core)
     "tie_rank_counts_down": "tie rank decreases past a server above the minimum (encoded)",
@@ -68,6 +72,8 @@ def _describe(name: str) -> str:
         return _ENCODED[name]
     if name in GROUP_MUTANTS:
         return GROUP_MUTANTS[name][1]
+    if name in PREFIX_MUTANTS:
+        return PREFIX_MUTANTS[name][1]
     try:
         return beyond_by_name(name).description
     except KeyError:
@@ -81,7 +87,8 @@ def _model_text(r: ParamResult) -> str:
             "band_on", "tokens", "tokens2", "cap", "ctx", "ctx2", "quot",
             "gate_on", "gate_abs", "rel_num", "rel_den", "det", "hash", "other_hash",
             "least", "tie", "legacy_choice", "i", "j", "t0", "idle",
-            "grouped", "only", "own_removed", "ghit", "gpin", "gm_on", "gm")
+            "grouped", "only", "own_removed", "ghit", "gpin", "gm_on", "gm",
+            "mp_on", "mp", "placed", "repinned", "tied", "other")
     return " ".join(f"{k}={r.model[k]}" for k in keys if k in r.model)
 
 
@@ -104,8 +111,8 @@ def z3_param_job(name: str, timeout_s: float = 30.0) -> list[Row]:
         detail += f"; FAILED: {result.verdict} {_model_text(result)}"
     kind = "Z3 induction step, all N" if "spread" in name or name.startswith("tie_") \
         else "Z3 lemma, all N"
-    scope = BAND_SCOPE if lemma.name.startswith("band_") else \
-        GROUP_SCOPE if lemma.name.startswith("group_") else ALL_N_SCOPE
+    scope = {"band": BAND_SCOPE, "group": GROUP_SCOPE, "prefix": PREFIX_SCOPE}.get(
+        lemma.name.split("_")[0], ALL_N_SCOPE)
     return [Row(lemma.obligation, kind, scope, holds, time.perf_counter() - start,
                 tuple(verdicts), detail, lemma.requirements,
                 {"lemma": lemma.name, "all_n": True,
@@ -142,7 +149,7 @@ def refinement_job(scope: Scope) -> list[Row]:
     verdicts = []
     for mutant in ENGINE_MUTANTS:
         with mutant.patch():
-            r = refinement_run(21, steps)
+            r = refinement_run(21, steps, families=mutant.families)
         verdicts.append(MutantVerdict(mutant.name, mutant.description, r.failure is not None,
                                       r.failure or f"no disagreement in {r.steps} steps"))
     detail = result.failure or (
@@ -213,6 +220,30 @@ def conformance_wide_job(scope: Scope) -> list[Row]:
                  "max_load": result.max_load, "negative_hashes": result.negative_hashes,
                  "gate_min_ge_4": result.gate_min_ge_4, "band_points": result.band_points,
                  "band_hits_at_edge": result.band_hits_at_edge})]
+
+
+def prefix_sweep_job(scope: Scope) -> list[Row]:
+    """Prefix-aware placement's encoding against the reference at concrete points, with a
+    control on each side (a drifted reference, a drifted encoding) refuted by the sweep."""
+    from .conformance_prefix import SWEEP_MUTANTS, run_with
+    from .conformance_prefix import run as sweep
+
+    start = time.perf_counter()
+    count = scope.prefix_sweep_points
+    result = sweep(count)
+    verdicts = []
+    for mutant in SWEEP_MUTANTS:
+        r = run_with(mutant, count)
+        verdicts.append(MutantVerdict(mutant.name, mutant.description, r.failure is not None,
+                                      r.failure or f"no disagreement in {r.points} points"))
+    detail = result.failure or (
+        f"{result.points} points: at each, the positions the all-N prefix encoding permits "
+        "are exactly affinity_core.allowed's (N <= 6, loads <= 4, placement_margin null or "
+        "0..3, margins null or 0..2, misses, hits, removed pins, full_determinism)")
+    return [Row(0, "Z3 prefix encoding == reference (points)",
+                f"{count} points, N <= 6, loads <= 4", result.failure is None,
+                time.perf_counter() - start, tuple(verdicts), detail,
+                ("R-PFX-2", "R-PFX-3", "R-PFX-5"), {"points": result.points})]
 
 
 MERGE_SCOPE = "every fan-out k >= 1, every subtree size; with the leaves, every height"

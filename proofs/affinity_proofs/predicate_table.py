@@ -96,6 +96,20 @@ def _exhibits() -> list[Exhibit]:
             Rejected(RejectReason.INVALID_FOR_CONFIG, "x"))))
     add("no_starvation", "a busy server chosen while one is idle (R-KEEP-3)", False,
         lambda: inv.no_starvation(m0, busy, Transition(busy, Acquired("s1", Path.KEPT))))
+    placed = Config(placement_margin=2)
+    cached = Acquire(request_id="a", cached_prefix=(("s0", 64),))
+    add("prefix_choice", "a real prefix-aware placement (R-PFX-3)", True,
+        lambda: inv.prefix_choice(placed, busy, cached, step(placed, busy, cached)))
+    add("prefix_choice", "the idle server although s0 caches more (R-PFX-3)", False,
+        lambda: inv.prefix_choice(placed, busy, cached,
+                                  Transition(busy, Acquired("s1", Path.NEW))))
+    add("prefix_choice", "a server beyond min + m_place (R-PFX-2)", False,
+        lambda: inv.prefix_choice(Config(placement_margin=1), busy,
+                                  Acquire(request_id="a", cached_prefix=(("s1", 64),)),
+                                  Transition(busy, Acquired("s1", Path.NEW))))
+    add("prefix_choice", "a re-pin onto the pin it moves off (R-PFX-2)", False,
+        lambda: inv.prefix_choice(placed, busy, cached,
+                                  Transition(busy, Acquired("s0", Path.BROKEN, "s0"))))
     ledger = inv.Ledger()
     add("counters_consistent", "a kept count without a hit (R-CNT-1)", False,
         lambda: inv.counters_consistent(evolve(pre, affinity_kept=1), ledger))

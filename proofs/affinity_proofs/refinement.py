@@ -22,6 +22,11 @@ every state pair related by the abstraction and every event, the two ``step`` re
   group maps of capacity 1, 32 and 33, ``group_break_margin`` unset and set, the
   ``hashed`` tie-break (which hashes the group id), ``full_determinism`` in both hash
   modes, and group pins left on removed servers and cleared by ``clear_sticky_cache``;
+* prefix-aware placement (:func:`_prefix_configs`): ``placement_margin`` 0, 1 and 3
+  with the margin, the gate, the legacy policy, group pins and every tie-break, and
+  ``full_determinism`` (where it is ignored), on acquires whose ``cached_prefix`` names
+  active, removed and unknown servers with few distinct token counts (so the load and
+  configured tie-breaks among the best cached are exercised);
 * old states branched from: the trace keeps earlier engine states and steps them again,
   which is the persistence contract of the engine's shared-log sticky map;
 * every shipped conformance vector (:func:`vector_traces`);
@@ -150,7 +155,36 @@ def _group_configs(cache: int, group_cache: int) -> list[Config]:
     ]
 
 
+def _prefix_configs(cache: int) -> list[Config]:
+    common: dict[str, Any] = {"max_cache_size": cache}
+    return [
+        Config(placement_margin=0, affinity_break_margin=1, tie_break="draw", **common),
+        Config(placement_margin=1, affinity_break_margin=0, tie_break="hashed", **common),
+        Config(placement_margin=3, affinity_break_margin=1, **common),
+        Config(placement_margin=2, **common),
+        Config(placement_margin=2, dual_threshold=DualThreshold(2, Fraction(3, 2)),
+               tie_break="draw", **common),
+        Config(placement_margin=2, affinity_break_margin=1, group_stickiness="fallback",
+               group_break_margin=0, tie_break="hashed", **common),
+        Config(placement_margin=1, affinity_break_margin=2, lease_accounting=True,
+               tie_break="draw", **common),
+        Config(placement_margin=2, full_determinism=True, hash_mode="stable", **common),
+    ]
+
+
 _HASHES = (0, 1, -1, 7, -(2**70), 2**70 + 3, 2**63 - 1, -(2**63))
+_CACHED = (0, 0, 16, 16, 48, 10**12)  # few distinct values, so equal estimates are common
+
+
+def _estimate(rng: random.Random, config: Config, servers: tuple[str, ...],
+              spare: tuple[str, ...]) -> tuple[tuple[str, int], ...]:
+    """A ``cached_prefix`` over a sample of the servers (and sometimes a spare one)."""
+    if config.placement_margin is None or rng.random() < 0.1:
+        return ()
+    named = rng.sample(servers, min(len(servers), rng.randrange(1, 9)))
+    if rng.random() < 0.2:
+        named.append(rng.choice(spare))
+    return tuple((server, rng.choice(_CACHED)) for server in dict.fromkeys(named))
 
 
 def _trace(rng: random.Random, config: Config, n: int, length: int) -> Trace:
@@ -169,7 +203,8 @@ def _trace(rng: random.Random, config: Config, n: int, length: int) -> Trace:
                                   request_hash=rng.choice(_HASHES) if rng.random() < 0.5
                                   else rng.randrange(-(2**40), 2**40),
                                   context_tokens=rng.choice((None, 0, 63, 64, 200, 10**9)),
-                                  group_id=group))
+                                  group_id=group,
+                                  cached_prefix=_estimate(rng, config, servers, spare)))
         elif roll < 0.85:
             rid = f"r{rng.randrange(keys)}" if rng.random() < 0.5 else None
             events.append(Release(server_id=rng.choice(servers + spare), request_id=rid))
@@ -185,22 +220,48 @@ def _trace(rng: random.Random, config: Config, n: int, length: int) -> Trace:
     return config, servers, tuple(events)
 
 
-def wide_traces(seed: int, steps: int) -> list[Trace]:
-    """The derandomised wide traces (see the module docstring), about ``steps`` events each."""
-    rng = random.Random(seed)
+FAMILIES = ("plain", "group", "prefix")
+
+
+def wide_traces(seed: int, steps: int, families: tuple[str, ...] = FAMILIES) -> list[Trace]:
+    """The derandomised wide traces (see the module docstring), about ``steps`` events each,
+    of the given families (plain, grouped, prefix-aware); each family draws from its own
+    stream, so selecting families changes no trace."""
+    traces: list[Trace] = []
+    if "plain" in families:
+        traces += _plain_traces(random.Random(seed), steps)
+    if "group" in families:
+        traces += _group_traces(random.Random(seed + 1), steps)
+    if "prefix" in families:
+        traces += _prefix_traces(random.Random(seed + 2), steps)
+    return traces
+
+
+def _length(n: int, steps: int) -> int:
+    return steps if n <= 64 else max(40, steps // 8)
+
+
+def _plain_traces(rng: random.Random, steps: int) -> list[Trace]:
     traces: list[Trace] = []
     shapes = ((1, 1), (2, 32), (31, 33), (32, 1024), (33, 1025), (1024, 33), (1025, 32),
               (2000, 1025))
     for n, cache in shapes:
         for config in _configs(cache):
-            length = steps if n <= 64 else max(40, steps // 8)
-            traces.append(_trace(rng, config, n, length))
-    for n, cache, group_cache in ((1, 1, 1), (3, 33, 32), (5, 32, 33), (31, 1, 33),
-                                  (33, 1025, 1), (1025, 32, 32)):
-        for config in _group_configs(cache, group_cache):
-            length = steps if n <= 64 else max(40, steps // 8)
-            traces.append(_trace(rng, config, n, length))
+            traces.append(_trace(rng, config, n, _length(n, steps)))
     return traces
+
+
+def _group_traces(rng: random.Random, steps: int) -> list[Trace]:
+    return [_trace(rng, config, n, _length(n, steps))
+            for n, cache, group_cache in ((1, 1, 1), (3, 33, 32), (5, 32, 33), (31, 1, 33),
+                                          (33, 1025, 1), (1025, 32, 32))
+            for config in _group_configs(cache, group_cache)]
+
+
+def _prefix_traces(rng: random.Random, steps: int) -> list[Trace]:
+    return [_trace(rng, config, n, _length(n, steps))
+            for n, cache in ((1, 1), (3, 2), (6, 33), (33, 32), (1025, 1025))
+            for config in _prefix_configs(cache)]
 
 
 def vector_traces() -> list[tuple[Config, affinity_engine.State, tuple[Event, ...]]]:
@@ -278,6 +339,14 @@ def builders_agree() -> tuple[int, str | None]:
             if got != want:
                 return cases, (f"release_event({server_id!r}, {request_id!r}): engine {got!r}, "
                                f"reference {want!r}")
+    for cached in ((), (("s0", 1),), (("s0", -1),), (("", 1),), "s0", (("s0", 1), ("s0", 2)),
+                   {"s0": 3}, [["s0", True]]):  # the estimate, with the other fields good
+        estimated = ("r", 0, None, None, None, cached)
+        cases += 1
+        want = _built(affinity_core.acquire_event, *estimated)
+        got = _built(builders.acquire_event, *estimated)
+        if got != want:
+            return cases, f"acquire_event{estimated!r}: engine {got!r}, reference {want!r}"
     for group_id in _IDS:  # the group id, with the other fields good
         grouped = ("r", 0, None, None, group_id)
         cases += 1
@@ -296,7 +365,8 @@ class RefinementResult:
 
 
 def refinement_run(seed: int, steps: int, with_vectors: bool = True,
-                   stop_first: bool = False) -> RefinementResult:
+                   stop_first: bool = False,
+                   families: tuple[str, ...] = FAMILIES) -> RefinementResult:
     cases, failure = builders_agree()
     if failure is not None:
         return RefinementResult(0, cases, f"event builders: {failure}")
@@ -304,7 +374,7 @@ def refinement_run(seed: int, steps: int, with_vectors: bool = True,
     total = 0
     runs: list[tuple[Config, affinity_engine.State, tuple[Event, ...]]] = [
         (config, affinity_engine.initial_state(config, servers), events)
-        for config, servers, events in wide_traces(seed, steps)]
+        for config, servers, events in wide_traces(seed, steps, families)]
     if with_vectors:
         runs += vector_traces()
     for config, start, events in runs:
@@ -322,6 +392,10 @@ class EngineMutant:
     name: str
     description: str
     patch: Callable[[], AbstractContextManager[None]]
+    # The trace families its refutation runs (all by default): a mutant of one extension's
+    # code need not replay the others' traces first, a cost and not a weaker check, since
+    # the unmutated run covers every family.
+    families: tuple[str, ...] = FAMILIES
 
 
 @contextmanager
@@ -427,6 +501,35 @@ def _group_eviction_unreported() -> AbstractContextManager[None]:
     return _rule_changed("GROUP_MISS", reports_group_eviction=False)
 
 
+def _prefix_ignores_load() -> AbstractContextManager[None]:
+    """Among the best-cached admissible servers, every one is a candidate (the load
+    tie-break of R-PFX-3 forgotten)."""
+    policy = importlib.import_module("affinity_engine.policy")
+
+    def candidates(config: Config, pool: Any, event: Acquire, moving_from: str | None
+                   ) -> list[str]:
+        margin = config.placement_margin
+        assert margin is not None
+        estimate = dict(event.cached_prefix)
+        admissible = [s for s, load in pool.items()
+                      if load <= pool.min_load + margin and s != moving_from]
+        most = max(estimate.get(s, 0) for s in admissible)
+        return [s for s in admissible if estimate.get(s, 0) == most]
+
+    return _patched(policy, "prefix_candidates", candidates)
+
+
+def _prefix_repins_onto_pin() -> AbstractContextManager[None]:
+    """A broken pin stays admissible (the exclusion of R-PFX-2 forgotten)."""
+    original = machine_mod.prefix_placed
+
+    def placed(config: Config, pool: Any, event: Acquire, moving_from: str | None,
+               key: str | None) -> str:
+        return str(original(config, pool, event, None, key))
+
+    return _patched(machine_mod, "prefix_placed", placed)
+
+
 def _only_writes_request_pin() -> AbstractContextManager[None]:
     def writes_own_pin(config: Config, rule: Any) -> bool:
         return bool(rule.write_pin)
@@ -452,11 +555,17 @@ ENGINE_MUTANTS = (
                  _builder_accepts_empty_id),
     EngineMutant("engine_group_hit_keeps_recency",
                  "group pins: a kept group hit does not refresh the group entry's recency",
-                 _group_hit_keeps_recency),
+                 _group_hit_keeps_recency, ("group",)),
     EngineMutant("engine_group_eviction_unreported",
                  "group pins: a group miss that evicts a group does not report it",
-                 _group_eviction_unreported),
+                 _group_eviction_unreported, ("group",)),
+    EngineMutant("engine_prefix_ignores_load",
+                 "prefix placement: the lower load among the best cached is not preferred",
+                 _prefix_ignores_load, ("prefix",)),
+    EngineMutant("engine_prefix_repins_onto_pin",
+                 "prefix placement: a broken pin is admissible for its own re-pin",
+                 _prefix_repins_onto_pin, ("prefix",)),
     EngineMutant("engine_only_writes_request_pin",
                  "group pins: 'only' writes the grouped acquire's own sticky entry",
-                 _only_writes_request_pin),
+                 _only_writes_request_pin, ("group",)),
 )

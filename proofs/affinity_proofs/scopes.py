@@ -78,6 +78,8 @@ class Scope:
     # Beyond the small world (jobs_param.py): Hypothesis points of the wide encoding
     # conformance sweep, and operations per size of the data-structure checks.
     wide_conformance_points: int = 250
+    # Concrete points of prefix-aware placement's encoding sweep (conformance_prefix.py).
+    prefix_sweep_points: int = 150
     structure_operations: int = 400
     # Obligation 21's wide traces: events per trace on pools of up to 64 servers (an
     # eighth of it on the large pools; refinement.py).
@@ -180,7 +182,7 @@ SMALL = Scope(
                           _u(2, "ab"), 2),
     crosshair_condition_timeout=0.5, crosshair_diff_timeout=1.5, job_budget=60.0,
     decision_table_max=3,
-    wide_conformance_points=120, structure_operations=100,
+    wide_conformance_points=120, structure_operations=100, prefix_sweep_points=60,
 )
 
 DEFAULT = Scope(
@@ -208,7 +210,7 @@ DEEP = Scope(
                           _u(3, "ab", False), 2),
     crosshair_condition_timeout=5.0, crosshair_diff_timeout=20.0, job_budget=900.0,
     decision_table_max=7,
-    wide_conformance_points=3000, structure_operations=1000,
+    wide_conformance_points=3000, structure_operations=1000, prefix_sweep_points=1500,
 )
 
 SCOPES = {s.name: s for s in (SMALL, DEFAULT, DEEP)}

@@ -38,10 +38,8 @@ from .budget import BudgetPool, Crashed, Overrun, Task
 from .mutants import MUTANTS
 from .report import MutantVerdict, Row
 from .scopes import BfsRun, Scope
-from .z3_band_lemmas import BAND_LEMMAS
-from .z3_group_lemmas import GROUP_LEMMAS
+from .z3_all_n import ALL_N_LEMMAS
 from .z3_lemmas import LEMMAS
-from .z3_param_lemmas import PARAM_LEMMAS
 
 __all__ = ["Job", "plan", "run"]
 
@@ -103,7 +101,7 @@ def plan(scope: Scope, write_counterexamples: Path | None = None,
     for lemma in LEMMAS:
         out.append(Job(f"Z3 {lemma.name}", jobs.z3_lemma_job, (lemma.name, scope), weight=3,
                        obligation=lemma.obligation, serves=frozenset({lemma.obligation})))
-    for param in (*PARAM_LEMMAS, *BAND_LEMMAS, *GROUP_LEMMAS):  # proved for every N (jobs_param.py)
+    for param in ALL_N_LEMMAS:  # proved for every N (jobs_param.py)
         out.append(Job(f"Z3 all-N {param.name}", jobs_param.z3_param_job, (param.name,),
                        weight=2, obligation=param.obligation,
                        serves=frozenset({param.obligation})))
@@ -116,6 +114,8 @@ def plan(scope: Scope, write_counterexamples: Path | None = None,
                    weight=110, obligation=21, serves=frozenset({21})))
     out.append(Job("encoding conformance (wide)", jobs_param.conformance_wide_job, (scope,),
                    weight=40, serves=frozenset({0})))
+    out.append(Job("encoding conformance (prefix)", jobs_param.prefix_sweep_job, (scope,),
+                   weight=20, serves=frozenset({0})))
     out += [Job("Z3 BMC", jobs.bmc_job, (scope,), weight=5, obligation=3,
                 serves=frozenset({3})),
             Job("counterexamples", jobs.counterexample_job, (write_counterexamples,),

@@ -6,10 +6,12 @@ from .z3_band_lemmas import BAND_LEMMAS
 from .z3_group_lemmas import GROUP_LEMMAS
 from .z3_param_kit import ParamLemma
 from .z3_param_lemmas import PARAM_LEMMAS
+from .z3_prefix_lemmas import PREFIX_LEMMAS
 
 __all__ = ["ALL_N_LEMMAS", "param_lemma"]
 
-ALL_N_LEMMAS: tuple[ParamLemma, ...] = (*PARAM_LEMMAS, *BAND_LEMMAS, *GROUP_LEMMAS)
+ALL_N_LEMMAS: tuple[ParamLemma, ...] = (*PARAM_LEMMAS, *BAND_LEMMAS, *GROUP_LEMMAS,
+                                          *PREFIX_LEMMAS)
 
 
 def param_lemma(name: str) -> ParamLemma:
