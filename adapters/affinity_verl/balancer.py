@@ -39,6 +39,17 @@ acquire. With ``group_stickiness`` ``"fallback"`` or ``"only"`` it rides on the 
 group pins route exactly as before. A group id that is not a non-empty string raises
 ``ValueError`` naming it, before any state changes.
 
+**Prefix-aware placement (SPEC §8.1).** With ``placement_margin`` set (and
+``full_determinism`` off, where it is ignored, R-PFX-5) :meth:`require_acquire_fields`
+declares ``["prompt_ids"]`` and the balancer keeps a
+:class:`~affinity_runtime.prefix_index.PrefixIndex`: the chained block digests of the
+prompts it routed to each server, bounded per server (``prefix_index_blocks``). Each
+acquire's ``cached_prefix`` is that index's estimate for the prompt's blocks, and the
+chosen server is then credited with them. A caller that knows better (a KV-event
+feed, or ``affinity check`` replaying a vector) passes ``cached_prefix={server_id:
+tokens}`` itself, which is used as given. ``get_status()`` reports the index's blocks and
+bytes per server under ``prefix_index``.
+
 Outcome mapping keeps verl's error contract: ``Rejected(no_servers)`` becomes
 ``RuntimeError("No available servers in load balancer")`` (callers match on the text),
 ``Rejected(invalid_for_config)`` a ``ValueError``. Malformed arguments (an empty request
@@ -81,6 +92,7 @@ from affinity_engine import (
 )
 from affinity_runtime.decision_log import DecisionLogWriter
 from affinity_runtime.driver import DecisionLogUnavailable, RoutingDriver, seeded_draw
+from affinity_runtime.prefix_index import PrefixIndex, chain_of_ids
 
 from .options import BalancerOptions, OptionError, parse_options
 
@@ -125,6 +137,16 @@ def _prompt_length(request_id: object, prompt_ids: object) -> int | None:
     )
 
 
+def _estimate_given(request_id: object, given: object) -> tuple[tuple[str, int], ...]:
+    """A caller's own ``cached_prefix``: a mapping of server id to cached tokens (the
+    core's event validation then checks ids and counts)."""
+    if not isinstance(given, Mapping):
+        raise TypeError(f"acquire_server(request_id={request_id!r}): cached_prefix must be "
+                        f"a mapping of server id to cached tokens, got {given!r} "
+                        f"({type(given).__name__})")
+    return tuple(given.items())
+
+
 class AffinityLoadBalancer:
     """Sticky, load-aware request balancer for verl rollout (see the module docstring).
 
@@ -154,6 +176,9 @@ class AffinityLoadBalancer:
         self._handles = handles
         self._band = parsed.config.context_band  # acquires carry len(prompt_ids)
         self._groups = parsed.config.groups  # acquires carry request_group_id
+        # acquires carry cached_prefix, from prompt_ids through the index
+        self._prefix = (PrefixIndex(parsed.prefix_block_size, parsed.prefix_index_blocks)
+                        if parsed.config.prefix_placement else None)
         if parsed.decision_log is not None:
             # locks (DecisionLogLocked if held), then continues from an old log's state
             # and brings the pool to the servers this balancer was given
@@ -182,7 +207,9 @@ class AffinityLoadBalancer:
         """
         outcome: Outcome
         try:
-            if self._groups and request_group_id is not None:
+            if self._prefix is not None:
+                outcome = self._acquire_placed(request_id, request_group_id, extra)
+            elif self._groups and request_group_id is not None:
                 outcome = self._acquire_grouped(request_id, request_group_id, extra)
             elif self._band:
                 outcome = self._acquire(request_id,
@@ -206,6 +233,32 @@ class AffinityLoadBalancer:
             raise ValueError(f"acquire_server(request_id={request_id!r}, "
                              f"request_group_id={group_id!r}): {exc}") from None
 
+    def _acquire_placed(self, request_id: str, group_id: str | None,
+                        extra: Mapping[str, Any]) -> Outcome:
+        """An acquire with prefix-aware placement: the estimate from ``cached_prefix`` as
+        given, else from the index over ``prompt_ids``; the chosen server is credited with
+        the prompt's blocks."""
+        index = self._prefix
+        assert index is not None
+        prompt_ids = extra.get("prompt_ids")
+        context = _prompt_length(request_id, prompt_ids) if self._band else None
+        chain: list[bytes] = []
+        given = extra.get("cached_prefix")
+        if given is not None:
+            estimate = _estimate_given(request_id, given)
+        else:
+            if prompt_ids is not None:
+                _prompt_length(request_id, prompt_ids)  # refuses what is not a sequence
+                chain = chain_of_ids(prompt_ids, index.block_size)
+            estimate = index.estimate(chain, self._driver.state.pool.servers)
+        try:  # the driver drops the group id where group stickiness is off (R-GRP-1)
+            outcome = self._acquire(request_id, context, group_id, estimate)
+        except EventError as exc:
+            raise ValueError(f"acquire_server(request_id={request_id!r}): {exc}") from None
+        if chain and type(outcome) is Acquired:
+            index.record(outcome.server_id, chain)
+        return outcome
+
     @staticmethod
     def _acquire_failed(request_id: str, outcome: Outcome) -> NoReturn:
         assert isinstance(outcome, Rejected)
@@ -224,9 +277,10 @@ class AffinityLoadBalancer:
 
     def require_acquire_fields(self) -> list[str]:
         """``["prompt_ids"]`` with the context band (its length widens the keep band,
-        R-BAND-1), else ``[]``: routing keys on ``request_id`` alone and verl's client
+        R-BAND-1) or prefix-aware placement (its blocks are looked up in the index,
+        R-PFX-7), else ``[]``: routing keys on ``request_id`` alone and verl's client
         serialises no prompt into the acquire."""
-        return ["prompt_ids"] if self._band else []
+        return ["prompt_ids"] if self._band or self._prefix is not None else []
 
     def require_release_fields(self) -> list[str]:
         """``["request_id"]`` with lease accounting (verl's client then passes it)."""
@@ -250,6 +304,8 @@ class AffinityLoadBalancer:
         self._driver.remove(ids)
         for sid in ids:
             self._handles.pop(sid, None)
+            if self._prefix is not None:
+                self._prefix.forget(sid)
 
     def get_all_servers(self) -> list[str]:
         """Active server ids in pool order."""
@@ -282,6 +338,8 @@ class AffinityLoadBalancer:
         failures so far (``decision_log_errors``) and the current one, if any."""
         out = self._driver.status()
         health = self._driver.log_health()  # notices a log deleted or replaced
+        if self._prefix is not None:
+            out["prefix_index"] = self._prefix.memory()
         out["decision_log"] = None if health is None else health["path"]
         if health is not None:
             out["decision_log_ok"] = health["ok"]

@@ -13,7 +13,9 @@ The balancer is configured from three places, and all three go through
   :class:`~affinity_engine.Config` checks that both come together, with a margin, and
   ``cap >= margin``) and the group pins' ``group_stickiness``, ``group_break_margin`` and
   ``max_group_cache_size`` (SPEC §7.6; the core refuses a group margin with
-  ``group_stickiness: off``).
+  ``group_stickiness: off``), and prefix-aware placement's ``placement_margin`` (SPEC
+  §8.1) with the adapter's index bounds ``prefix_block_size`` (tokens a block, as vLLM's
+  ``block_size``) and ``prefix_index_blocks`` (blocks remembered per server).
 
 Validation happens here, at construction or config load, never on the first request
 (R-CFG-1): an unknown key names itself and the accepted keys, and a bad
@@ -66,6 +68,10 @@ DEFAULT_TIE_BREAK = "draw"
 DEFAULT_DECISION_LOG_MAX_BYTES = 64 << 20
 DEFAULT_DECISION_LOG_BACKUPS = 10  # the newest crash and unreplayed runs are kept beyond it
 MIN_DECISION_LOG_BYTES = 4096  # the writer's own floor: one header plus a few records
+DEFAULT_PREFIX_BLOCK_SIZE = 16  # vLLM's default block_size, in tokens
+# Blocks remembered per server: 65,536 blocks of 16 tokens are ~1M tokens of prompt, about
+# a large replica's KV pool, in about 8 MiB of index per server.
+DEFAULT_PREFIX_INDEX_BLOCKS = 65536
 
 ROUTING_KEYS = (
     "affinity_break_band_cap",
@@ -80,10 +86,11 @@ ROUTING_KEYS = (
     "lease_accounting",
     "max_cache_size",
     "max_group_cache_size",
+    "placement_margin",
     "tie_break",
 )
 ADAPTER_KEYS = ("decision_log", "decision_log_backups", "decision_log_max_bytes",
-                "decision_log_required", "seed")
+                "decision_log_required", "prefix_block_size", "prefix_index_blocks", "seed")
 IGNORED_KEYS = ("router_class",)  # verl's plug-in path passes the whole YAML dict
 ACCEPTED_KEYS: tuple[str, ...] = tuple(sorted((*ROUTING_KEYS, *ADAPTER_KEYS, *IGNORED_KEYS)))
 ROUTER_YAML_MARKER = "router_class"  # present in every dict verl's plug-in path passes
@@ -105,6 +112,8 @@ class BalancerOptions:
     decision_log_backups: int = DEFAULT_DECISION_LOG_BACKUPS
     decision_log_required: bool = False
     seed: int | None = None
+    prefix_block_size: int = DEFAULT_PREFIX_BLOCK_SIZE
+    prefix_index_blocks: int = DEFAULT_PREFIX_INDEX_BLOCKS
 
 
 def _describe(value: object) -> str:
@@ -248,6 +257,7 @@ def parse_options(
             group_break_margin=merged.get("group_break_margin"),
             max_group_cache_size=merged.get("max_group_cache_size",
                                             DEFAULT_MAX_CACHE_SIZE),
+            placement_margin=merged.get("placement_margin"),
         )
         log_path = _log_path(merged.get("decision_log"))
         return BalancerOptions(
@@ -266,6 +276,12 @@ def parse_options(
             decision_log_required=_required(merged.get("decision_log_required", False),
                                             log_path),
             seed=_seed(merged.get("seed")),
+            prefix_block_size=_int_at_least(
+                "prefix_block_size",
+                merged.get("prefix_block_size", DEFAULT_PREFIX_BLOCK_SIZE), 1),
+            prefix_index_blocks=_int_at_least(
+                "prefix_index_blocks",
+                merged.get("prefix_index_blocks", DEFAULT_PREFIX_INDEX_BLOCKS), 1),
         )
     except ConfigError as exc:  # OptionError included: add the source once
         message = str(exc)
