@@ -51,8 +51,9 @@ OPERATOR_SET: tuple[SourceMutant, ...] = (
        "    elif lookup is _HIT_KEEP:\n        assert rid", "broken hit not touched before re-pin",
        equivalent="the re-pin's put of the present key makes it most recent anyway"),
     _m("operator_det_place_any_choice", "machine.py",
-       "elif choice is _PLACE and plan.full_determinism:",
-       "elif plan.full_determinism:", "re-pins placed deterministically",
+       "elif choice is _PLACE and plan.full_determinism:\n        chosen = deterministic_server(",
+       "elif plan.full_determinism:\n        chosen = deterministic_server(",
+       "re-pins placed deterministically",
        equivalent="keep_pin keeps every pin under full_determinism: no HIT_BREAK there"),
     _m("operator_no_lease_grant", "machine.py",
        "    if plan.lease_accounting:\n        leases = leases.grant(rid, chosen)\n", "",
@@ -146,6 +147,6 @@ OPERATOR_SET: tuple[SourceMutant, ...] = (
     _m("operator_inv_wf_broken", "invariants.py", "        and state.affinity_broken >= 0\n", "",
        "well_formed drops the broken-counter check"),
     # allowed.py
-    _m("operator_allowed_first_tie", "allowed.py", "return frozenset(pool.least_loaded_all())",
-       "return frozenset(pool.least_loaded_all()[:1])", "allowed only the first tie"),
+    _m("operator_allowed_first_tie", "allowed.py", "    return state.pool.least_loaded_all()\n",
+       "    return state.pool.least_loaded_all()[:1]\n", "allowed only the first tie"),
 )

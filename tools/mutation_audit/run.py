@@ -1,10 +1,13 @@
-"""Run ``affinity verify`` alone against each mutant of the independent audit catalogue.
+"""Run ``affinity verify`` alone against each mutant of the independent audit catalogues.
 
 Theory of operation
 -------------------
-The live work tree is never edited. The committed tree (``git archive HEAD``, or the
-work tree with ``--worktree``) is unpacked into a scratch directory once; for each
-mutant the one file it names is rewritten there, ``affinity verify --scope S`` runs with
+There are two catalogues (:mod:`.source_mutant`): ``engine`` (:mod:`.catalogue`, what the
+adapters run) and ``core`` (:mod:`.catalogue_core`, the reference); ``--package`` selects
+one or both. The live work tree is never edited. A committed tree (``git archive`` of
+``--commit``, by default ``HEAD`` resolved once, or the work tree with ``--worktree``) is
+unpacked into a scratch directory once, and each mutant's file is resolved again in it;
+for each mutant the one file it names is rewritten there, ``affinity verify --scope S`` runs with
 the scratch directory first on ``PYTHONPATH`` (its ``affinity_engine`` and
 ``affinity_proofs`` shadow the editable install; spawned workers, CrossHair and the
 determinism subprocesses inherit the variable), and the file is restored. The mutant is
@@ -17,12 +20,18 @@ mutant's, and a killed mutant costs only the jobs up to the first failure).
 ``--timeout`` bounds each run: a run killed by it is reported as ``hung`` (verify's own
 job budgets should turn that into a FAIL long before).
 
+Every result names its package and the commit it ran against; the summary counts each
+package apart (``packages``). ``--update FILE`` runs the selected mutants and replaces
+their results in an earlier summary (a rerun of a few mutants against a later commit),
+then recounts.
+
 Usage::
 
-    python -m tools.mutation_audit.run --scope small --out audit.json
+    python -m tools.mutation_audit.run --scope default --package core --out core.json
     python -m tools.mutation_audit.run --only keep_lt --only evicted_not_reported
-    python -m tools.mutation_audit.run --list
-    python -m tools.mutation_audit.run --check [--only ID]  # apply only; no verify run
+    python -m tools.mutation_audit.run --only core_keep_lt --commit HEAD --update core.json
+    python -m tools.mutation_audit.run --list [--package core]
+    python -m tools.mutation_audit.run --check [--commit REV]  # apply only; no verify run
 """
 
 from __future__ import annotations
@@ -40,11 +49,28 @@ from io import BytesIO
 from pathlib import Path
 from typing import Any
 
-from .catalogue import CATALOGUE, SourceMutant, by_id
+from .catalogue import CATALOGUE
+from .catalogue_core import CORE_CATALOGUE
+from .source_mutant import SourceMutant, locate
 
-__all__ = ["apply", "check", "main", "mutated", "run_verify"]
+__all__ = ["CATALOGUES", "apply", "by_id", "check", "main", "mutated", "run_verify",
+           "selected", "summarise"]
 
 ROOT = Path(__file__).resolve().parents[2]
+CATALOGUES: dict[str, tuple[SourceMutant, ...]] = {"engine": CATALOGUE, "core": CORE_CATALOGUE}
+
+
+def selected(package: str) -> list[SourceMutant]:
+    """The mutants of one catalogue, or of both (``all``: the engine's first)."""
+    names = list(CATALOGUES) if package == "all" else [package]
+    return [m for name in names for m in CATALOGUES[name]]
+
+
+def by_id(mutant_id: str) -> SourceMutant:
+    for m in selected("all"):
+        if m.id == mutant_id:
+            return m
+    raise KeyError(mutant_id)
 
 
 def _snapshot(dest: Path, worktree: bool, commit: str) -> None:
@@ -157,15 +183,44 @@ def run_verify(tree: Path, scope: str, workers: int, timeout: float,
             if proc.returncode not in (0, 1) or "(no report)" in failing else []}
 
 
-def _head() -> str:
-    """HEAD's full commit id, resolved once: the snapshot and the report name the same one
-    even if HEAD moves while the audit runs."""
-    return subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, check=True,
-                          capture_output=True, text=True).stdout.strip()
+def _resolve(rev: str) -> str:
+    """``rev``'s full commit id, resolved once: the snapshot and the report name the same
+    one even if HEAD moves while the audit runs."""
+    return subprocess.run(["git", "rev-parse", "--verify", f"{rev}^{{commit}}"], cwd=ROOT,
+                          check=True, capture_output=True, text=True).stdout.strip()
 
 
 def _commit(head: str, worktree: bool) -> str:
     return head[:12] + (" + work tree" if worktree else "")
+
+
+def _package_summary(results: list[dict[str, Any]]) -> dict[str, Any]:
+    counted = [r for r in results if not r["equivalent"]]
+    killed = sum(1 for r in counted if r["verdict"] == "killed")
+    return {"mutants": len(results), "equivalent": len(results) - len(counted),
+            "non_equivalent": len(counted), "killed": killed,
+            "kill_rate": round(killed / len(counted), 4) if counted else None,
+            "survivors": [str(r["id"]) for r in counted if r["verdict"] != "killed"]}
+
+
+def summarise(results: list[dict[str, Any]], **fields: Any) -> dict[str, Any]:
+    """The JSON summary: ``fields`` (scope, workers, ...), the totals over ``results``, the
+    same per package, the commits the results ran against, and the results."""
+    total = _package_summary(results)
+    packages = {name: _package_summary([r for r in results if r["package"] == name])
+                for name in CATALOGUES if any(r["package"] == name for r in results)}
+    commits = sorted({str(r["commit"]) for r in results})
+    return {**fields, "commit": commits[0] if len(commits) == 1 else commits,
+            **{k: total[k] for k in ("mutants", "non_equivalent", "killed", "kill_rate",
+                                     "survivors")},
+            "packages": packages, "results": results}
+
+
+def _merged(previous: dict[str, Any], results: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """``previous``'s results with each of ``results`` in place of the one of its id."""
+    fresh = {r["id"]: r for r in results}
+    kept = [fresh.pop(r["id"], r) for r in previous["results"]]
+    return kept + list(fresh.values())
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -173,23 +228,29 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--scope", default="small")
     parser.add_argument("--workers", type=int, default=1)
     parser.add_argument("--timeout", type=float, default=600.0)
+    parser.add_argument("--package", choices=("core", "engine", "all"), default="all",
+                        help="which catalogue: the reference's, the engine's, or both")
     parser.add_argument("--only", action="append", help="mutant id (repeatable)")
+    parser.add_argument("--commit", help="the commit to mutate (default: HEAD, resolved once)")
     parser.add_argument("--worktree", action="store_true",
-                        help="copy the tracked files of the work tree instead of HEAD")
+                        help="copy the tracked files of the work tree instead of a commit")
     parser.add_argument("--out", type=Path, help="write the results as JSON")
+    parser.add_argument("--update", type=Path,
+                        help="replace the selected mutants' results in this earlier JSON")
     parser.add_argument("--list", action="store_true")
     parser.add_argument("--check", action="store_true",
-                        help="check that each mutant applies to the work tree; run nothing")
+                        help="check that each mutant applies to the work tree (or to "
+                             "--commit); run nothing")
     parser.add_argument("--skip-baseline", action="store_true",
                         help="assume the unmutated tree passes (resuming an audit)")
     args = parser.parse_args(argv)
-    mutants = [by_id(i) for i in args.only] if args.only else list(CATALOGUE)
+    mutants = [by_id(i) for i in args.only] if args.only else selected(args.package)
     if args.list:
         for m in mutants:
-            print(f"{m.id:32} {m.path:28} {m.description}"
+            print(f"{m.id:36} {m.package:6} {m.path:32} {m.description}"
                   + (f"  [equivalent: {m.equivalent}]" if m.equivalent else ""))
         return 0
-    if args.check:
+    if args.check and args.commit is None:
         problems = check(ROOT, mutants)
         for problem in problems:
             print(problem, file=sys.stderr)
@@ -198,8 +259,16 @@ def main(argv: list[str] | None = None) -> int:
     results: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory(prefix="mutation-audit-") as scratch:
         tree = Path(scratch)
-        head = _head()
+        head = _resolve(args.commit or "HEAD")
         _snapshot(tree, args.worktree, head)
+        mutants = [locate(m, tree) for m in mutants]  # where the snapshot holds the snippet
+        if args.check:
+            problems = check(tree, mutants)
+            for problem in problems:
+                print(problem, file=sys.stderr)
+            print(f"{len(mutants) - len(problems)}/{len(mutants)} mutants apply to "
+                  f"{_commit(head, args.worktree)}")
+            return 1 if problems else 0
         for m in mutants:  # every snippet must apply before any run starts
             (tree / m.path).write_text(apply(tree, m), encoding="utf-8")
         baseline: frozenset[str] = frozenset()
@@ -223,25 +292,32 @@ def main(argv: list[str] | None = None) -> int:
                                fail_fast=True, known_rows=known)
             finally:
                 (tree / m.path).write_text(original, encoding="utf-8")
-            r.update(id=m.id, path=m.path, description=m.description,
-                     equivalent=m.equivalent)
+            r.update(id=m.id, package=m.package, path=m.path, description=m.description,
+                     equivalent=m.equivalent, commit=_commit(head, args.worktree))
             results.append(r)
             first = r["new_failures"][0] if r["new_failures"] else ""
             print(f"[{i}/{len(mutants)}] {m.id}: {r['verdict']} ({r['seconds']} s) "
                   f"{str(first)[:160]}", flush=True)
-    counted = [r for r in results if not r["equivalent"]]
-    killed = sum(1 for r in counted if r["verdict"] == "killed")
-    survivors = [str(r["id"]) for r in counted if r["verdict"] != "killed"]
-    summary = {"scope": args.scope, "workers": args.workers, "mutants": len(results),
-               "baseline_failing": sorted(baseline), "commit": _commit(head, args.worktree),
-               "non_equivalent": len(counted), "killed": killed,
-               "kill_rate": round(killed / len(counted), 4) if counted else None,
-               "survivors": survivors,
-               "load_average": os.getloadavg(), "results": results}
-    print(f"killed {killed}/{len(counted)} non-equivalent mutants; survivors: "
-          f"{', '.join(survivors) or 'none'}")
-    if args.out is not None:
-        args.out.write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
+    fields: dict[str, Any] = {"scope": args.scope, "workers": args.workers,
+                              "baseline_failing": sorted(baseline),
+                              "load_average": [round(x, 2) for x in os.getloadavg()]}
+    if args.update is not None:
+        previous = json.loads(args.update.read_text(encoding="utf-8"))
+        if previous["scope"] != args.scope:
+            print(f"{args.update} is of scope {previous['scope']}, not {args.scope}",
+                  file=sys.stderr)
+            return 2
+        fields = {**{k: previous[k] for k in ("scope", "workers", "baseline_failing",
+                                              "load_average") if k in previous},
+                  "updated_load_average": fields["load_average"]}
+        results = _merged(previous, results)
+    summary = summarise(results, **fields)
+    for name, counts in summary["packages"].items():
+        print(f"{name}: killed {counts['killed']}/{counts['non_equivalent']} non-equivalent "
+              f"mutants; survivors: {', '.join(counts['survivors']) or 'none'}")
+    out = args.out or args.update
+    if out is not None:
+        out.write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
     return 0
 
 
