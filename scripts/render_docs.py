@@ -205,6 +205,33 @@ def vectors_cases() -> str:
     return str(_json("spec/vectors/MANIFEST.json")["cases"])
 
 
+def _node_replayed() -> tuple[int, int]:
+    """What the Node consumer replays: the cases whose features are all in its SUPPORTED
+    set (read from consumer.mjs), construction refusals aside, as the consumer decides;
+    and the number of cases."""
+    source = (ROOT / "spec/vectors/consumers/node/consumer.mjs").read_text(encoding="utf-8")
+    found = re.search(r"const SUPPORTED = new Set\(\[(.*?)\]\);", source, re.S)
+    if found is None:
+        raise RenderError("consumer.mjs: no `const SUPPORTED = new Set([...]);` line")
+    supported = set(re.findall(r'"([a-z_]+)"', found.group(1)))
+    manifest = _json("spec/vectors/MANIFEST.json")
+    replayed = 0
+    for rel in manifest["files"]:
+        case = _json(f"spec/vectors/{rel}")
+        replayed += case.get("valid", True) is not False and set(case["features"]) <= supported
+    return replayed, manifest["cases"]
+
+
+def node_consumer_support() -> str:
+    replayed, total = _node_replayed()
+    return (f"passes all {replayed} cases it supports and reports the other "
+            f"{total - replayed} as unsupported")
+
+
+def node_consumer_replayed() -> str:
+    return str(_node_replayed()[0])
+
+
 
 # ------------------------------------------------------------------ mutation audit
 
@@ -458,6 +485,8 @@ RENDERERS: dict[str, Callable[[], str]] = {
     "verify.all-n-lemmas": verify_all_n_lemmas,
     "vectors.total": vectors_total,
     "vectors.cases": vectors_cases,
+    "vectors.node": node_consumer_support,
+    "vectors.node.replayed": node_consumer_replayed,
     "audit.catalogue": audit_catalogue,
     "bench.core": bench_core_table,
     "bench.core-full": bench_core_full,
