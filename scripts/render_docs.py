@@ -124,6 +124,8 @@ METHOD_MODULES: dict[str, str] = {
     "Z3 BMC (releases adversarial)": "z3_bmc",
     "Z3 BMC witnesses -> proofs/counterexamples": "z3_bmc",
     "BFS all interleavings": "bfs_checks",
+    "BFS of the reference, group pins": "bfs_groups",
+    "Z3 prefix encoding == reference (points)": "conformance_prefix",
     "BFS symmetry reduction sound": "bfs",
     "BFS in-flight ground truth": "bfs_envs",
     "BFS lease ground truth": "bfs_envs",

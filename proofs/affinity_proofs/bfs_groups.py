@@ -5,12 +5,14 @@ Theory of operation
 :func:`explore` runs a breadth-first search over every state of ``affinity_core.step``
 reachable in a small universe -- two servers, two request ids, two group ids, acquires
 with and without a group id (and with tie draws 0 and 1 under ``draw``), releases, the
-removal and re-addition of a server -- with the in-flight total capped so the space is
-finite. Every transition is checked against properties computed *independently* of
+removal and re-addition of a server -- with the in-flight total capped and the counters
+zeroed (a check reads a counter only as one step's difference), so the space is finite.
+Every transition is checked against properties computed *independently* of
 ``classify`` from the state before the step:
 
 * ``well_formed`` (R-GRP-4, R-LRU-5): ``|G| <= max_group_cache_size``, ``|C| <=
-  max_cache_size``, unique keys in both maps; under ``only`` the sticky map stays empty;
+  max_cache_size``, unique keys in both maps; under ``only`` a grouped acquire leaves the
+  sticky map as it was;
 * ``group_counters`` (R-GRP-5): ``group_kept + group_broken`` grows by one exactly on a
   group hit on an active server (a grouped acquire that reads ``G`` -- ``only``, or no own
   entry -- and finds its group pinned to an active server); ``affinity_kept`` and
@@ -116,8 +118,9 @@ def well_formed(config: Config, state: State, event: Any, t: Transition) -> str 
         return f"group map {after.groups} breaks |G| <= {config.max_group_cache_size}/unique"
     if len(sticky) > config.max_cache_size or len(set(sticky)) != len(sticky):
         return f"sticky map {after.sticky} breaks |C| <= {config.max_cache_size}/unique"
-    if config.group_stickiness.value == "only" and sticky:
-        return f"only wrote the sticky map {after.sticky}"
+    grouped = isinstance(event, Acquire) and is_grouped(config, event)
+    if config.group_stickiness.value == "only" and grouped and after.sticky != state.sticky:
+        return f"only: a grouped acquire changed the sticky map to {after.sticky}"
     return None
 
 
@@ -254,6 +257,14 @@ class Explored:
     violation: tuple[str, str] | None  # (check, description with the trace's last event)
 
 
+def _without_counters(state: State) -> State:
+    """The state with its four counters at zero. The counters only ever grow, so without
+    this the reachable space is infinite; every check reads a counter as a difference
+    across one step, which zeroing before the step leaves unchanged."""
+    return attrs.evolve(state, affinity_kept=0, affinity_broken=0, group_kept=0,
+                        group_broken=0)
+
+
 def explore(gc: GroupConfig, transition: Step = step,
             checks: tuple[GroupCheck, ...] = CHECKS) -> Explored:
     """Every reachable state of ``gc`` under ``transition``; stops at the first violation."""
@@ -275,9 +286,10 @@ def explore(gc: GroupConfig, transition: Step = step,
                                     f"event {event!r} from pool {state.pool} loads "
                                     f"{loads(state)} C={state.sticky} G={state.groups}"))
                 applied[c.name] += 1
-            if t.state not in seen:
-                seen.add(t.state)
-                queue.append(t.state)
+            after = _without_counters(t.state)
+            if after not in seen:
+                seen.add(after)
+                queue.append(after)
     return Explored(len(seen), transitions, applied, None)
 
 

@@ -46,7 +46,7 @@ TIME_COLUMN = ("job time: the elapsed seconds of a row's jobs, each timed where 
 def register(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--scope", choices=sorted(SCOPES), default="default",
                         help="bounds of every method: small (the tests' scope, quicker), "
-                             "default (85-105 s wall on a quiet 2-core machine, longer "
+                             "default (50-60 s wall on a quiet 2-core machine, longer "
                              "on a loaded one), deep (10-12 minutes) (default: "
                              "%(default)s)")
     parser.add_argument("--json", dest="json_path", metavar="FILE", type=output_file,

@@ -74,7 +74,8 @@ _BY_NUMBER = {o.number: o for o in OBLIGATIONS}
 # Rows whose subject is the reference's own values: validation and the encoding.
 _REFERENCE_VALUE_METHODS = frozenset({
     "exhaustive edge-value table", "event edge-value table", "encoding round trip",
-    "derived configuration flags", "configuration defaults"})
+    "derived configuration flags", "configuration defaults",
+    "BFS of the reference, group pins"})
 
 # Rows that run the same check on both packages and compare them.
 _BOTH_PACKAGES_METHODS = frozenset({"unread acquire inputs"})

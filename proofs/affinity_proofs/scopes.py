@@ -1,6 +1,6 @@
 """The three scopes of ``affinity verify``: small (tests), default (CI), deep.
 
-Durations (wall clock, 2 workers on a quiet 2-core machine): default 85-105 s (the
+Durations (wall clock, 2 workers on a quiet 2-core machine): default 50-60 s (the
 recorded run is ``proofs/verify-default.json``; a fresh clone, compiling its sources,
 is at the top), small less, deep 10-12 minutes.
 

@@ -32,7 +32,7 @@ from typing import Any
 
 import attrs
 
-from . import jobs, jobs_param, jobs_tables
+from . import bfs_groups, jobs, jobs_param, jobs_tables
 from .bfs_checks import CHECKS
 from .budget import BudgetPool, Crashed, Overrun, Task
 from .mutants import MUTANTS
@@ -114,6 +114,8 @@ def plan(scope: Scope, write_counterexamples: Path | None = None,
                    weight=110, obligation=21, serves=frozenset({21})))
     out.append(Job("encoding conformance (wide)", jobs_param.conformance_wide_job, (scope,),
                    weight=40, serves=frozenset({0})))
+    out.append(Job("BFS group pins", bfs_groups.group_bfs_job, (), weight=15, obligation=3,
+                   serves=frozenset({3, 8, 10})))
     out.append(Job("encoding conformance (prefix)", jobs_param.prefix_sweep_job, (scope,),
                    weight=20, serves=frozenset({0})))
     out += [Job("Z3 BMC", jobs.bmc_job, (scope,), weight=5, obligation=3,

@@ -10,7 +10,7 @@ into a fresh venv outside the checkout:
 * sdist: with pip directly, then ``affinity verify``.
 
 Both legs run ``affinity verify --scope small`` (quicker than the default scope, which
-takes 85-105 s wall on a quiet 2-core machine and longer on a loaded one; .ci/run runs
+takes 50-60 s wall on a quiet 2-core machine and longer on a loaded one; .ci/run runs
 it from the checkout).
 
 and, from an empty temporary folder, runs ``affinity vectors verify``, ``affinity check``

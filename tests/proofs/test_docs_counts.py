@@ -17,8 +17,7 @@ from typing import Any
 
 from affinity_proofs import config_table
 from affinity_proofs.report import OBLIGATIONS
-from affinity_proofs.z3_band_lemmas import BAND_LEMMAS
-from affinity_proofs.z3_param_lemmas import PARAM_LEMMAS
+from affinity_proofs.z3_all_n import ALL_N_LEMMAS
 
 from tools.mutation_audit.catalogue import CATALOGUE
 
@@ -46,7 +45,7 @@ def test_the_record_has_the_current_obligations() -> None:
 def test_the_record_has_the_current_all_n_lemmas() -> None:
     recorded = {r["evidence"]["lemma"] for r in _record()["rows"]
                 if r["scope_kind"] == "all N" and "lemma" in r["evidence"]}
-    assert recorded == {lemma.name for lemma in (*PARAM_LEMMAS, *BAND_LEMMAS)}
+    assert recorded == {lemma.name for lemma in ALL_N_LEMMAS}
 
 
 def test_the_record_has_the_current_configuration_table() -> None:

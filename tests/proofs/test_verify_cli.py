@@ -51,4 +51,4 @@ def test_the_time_column_is_labelled_and_explained() -> None:
         main(["verify", "--help"])
     help_text = " ".join(out.getvalue().split())
     assert " ".join(TIME_COLUMN.split()) in help_text
-    assert "85-105 s wall on a quiet 2-core machine" in help_text
+    assert "50-60 s wall on a quiet 2-core machine" in help_text
