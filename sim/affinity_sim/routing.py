@@ -42,7 +42,18 @@ Built-in policy names (:func:`parse_policy`):
   reconsidered;
 * ``group-margin-N``: group pins with a band: ``group_stickiness="fallback"`` and
   ``affinity_break_margin=N``; a sample's own pin comes first, a new sample joins its
-  group's pin while that is within ``min + N``, and both kinds of pin break as PR #7435's.
+  group's pin while that is within ``min + N``, and both kinds of pin break as PR #7435's;
+* ``prefix-pP-margin-N``: prefix-aware placement inside the band (SPEC section 8.1):
+  ``placement_margin=P`` with ``affinity_break_margin=N``. A placement (a new, broken or
+  unpinned conversation) may use any replica within ``min + P`` and takes the one holding
+  the most of the turn's prompt; a kept pin is PR #7435's;
+* ``prefix-pP-group-margin-N``: both: group pins inside margin N, and prefix-aware
+  placement within ``min + P`` wherever a conversation or a group is placed.
+
+With prefix-aware placement the simulated adapter sends ``cached_prefix``: for every
+replica, the prompt tokens its KV pool would serve from cache for this turn now (its
+``KvPool.lookup``), what a router fed vLLM's KV-cache events knows (SPEC R-PFX-7). Without
+it nothing is sent (the core would not read it, R-PFX-1).
 
 Every acquire carries its trajectory's group (``g<prompt index>``); a policy without group
 stickiness never reads it (SPEC R-GRP-7), so its decisions are those without groups.
@@ -90,12 +101,14 @@ DEFAULT_POLICIES = (
 )
 _NAME_FORMS = ("legacy, null, legacy-first, legacy-draw, legacy-hashed, margin-N, dual-ABS, "
                "dual-ABS-REL, band-mM-TT-capC, "
-               "band-mM-TT-capC-reuse, group-only, group-margin-N, least-loaded, or a table")
+               "band-mM-TT-capC-reuse, group-only, group-margin-N, prefix-pP-margin-N, "
+               "prefix-pP-group-margin-N, least-loaded, or a table")
 CONTEXT_SOURCES = ("prompt", "reuse")
 _TABLE_KEYS = {"name", "affinity_break_margin", "balance_abs_threshold",
                "balance_rel_threshold", "tie_break", "sticky", "max_cache_size",
                "affinity_break_tokens", "affinity_break_band_cap", "context_source",
-               "group_stickiness", "group_break_margin", "max_group_cache_size"}
+               "group_stickiness", "group_break_margin", "max_group_cache_size",
+               "placement_margin"}
 
 
 class PolicyError(ValueError):
@@ -121,6 +134,7 @@ class PolicySpec:
     group_stickiness: str = "off"  # SPEC section 7.6
     group_break_margin: int | None = None
     max_group_cache_size: int = 10000
+    placement_margin: int | None = None  # prefix-aware placement's m_place (SPEC 8.1)
 
     def config(self, default_tie_break: str = "draw") -> Config:
         gate = None
@@ -136,6 +150,7 @@ class PolicySpec:
             group_stickiness=self.group_stickiness,
             group_break_margin=self.group_break_margin,
             max_group_cache_size=self.max_group_cache_size,
+            placement_margin=self.placement_margin,
         )
 
     def describe(self) -> dict[str, Any]:
@@ -155,6 +170,9 @@ class PolicySpec:
                 "group_stickiness": self.group_stickiness,
                 "group_break_margin": self.group_break_margin,
                 "max_group_cache_size": self.max_group_cache_size,
+            }),
+            **({} if self.placement_margin is None else {
+                "placement_margin": self.placement_margin,
             }),
         }
 
@@ -187,6 +205,11 @@ def _from_name(name: str) -> PolicySpec:
     if match:
         return PolicySpec(name=name, group_stickiness="fallback",
                           affinity_break_margin=int(match.group(1)))
+    match = re.fullmatch(r"prefix-p(\d+)-(group-)?margin-(\d+)", name)
+    if match:
+        return PolicySpec(name=name, placement_margin=int(match.group(1)),
+                          group_stickiness="fallback" if match.group(2) else "off",
+                          affinity_break_margin=int(match.group(3)))
     raise PolicyError(f"unknown policy {name!r}; accepted: {_NAME_FORMS}")
 
 
@@ -263,12 +286,20 @@ class Balancer:
     def state(self) -> State:
         return self.driver.state
 
+    @property
+    def reads_prefix(self) -> bool:
+        """Whether acquires read ``cached_prefix`` (prefix-aware placement is on)."""
+        return self.driver.config.prefix_placement
+
     def acquire(self, request_id: str, context_tokens: int | None = None,
-                group_id: str | None = None) -> str:
-        """Route one turn; ``context_tokens`` is its prompt length (read by the band only)
-        and ``group_id`` its prompt's group (read by group stickiness only)."""
+                group_id: str | None = None,
+                cached_prefix: tuple[tuple[str, int], ...] = ()) -> str:
+        """Route one turn; ``context_tokens`` is its prompt length (read by the band only),
+        ``group_id`` its prompt's group (read by group stickiness only) and
+        ``cached_prefix`` each replica's cached tokens of the prompt (read by prefix-aware
+        placement only)."""
         outcome = self.driver.acquire(request_id if self.sticky else None, context_tokens,
-                                      group_id=group_id)
+                                      group_id=group_id, cached_prefix=cached_prefix)
         if not isinstance(outcome, Acquired):
             raise RuntimeError(f"the core rejected the acquire of {request_id!r}: {outcome!r}")
         self.paths[outcome.path] += 1

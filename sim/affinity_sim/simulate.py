@@ -132,7 +132,9 @@ class _Step:
             sent = context
             if reuse is not None and previous is not None:
                 sent = reuse.scaled(previous, context)
-            server = self.balancer.acquire(plan.request_id, sent, group_id)
+            estimate = (self._cached_prefix(group_key, shared, plan.index, context)
+                        if self.balancer.reads_prefix else ())
+            server = self.balancer.acquire(plan.request_id, sent, group_id, estimate)
             request = Request(env, plan.index, group_key, shared, context, output)
             self.replicas[server].submit(request)
             self.turns += 1
@@ -157,6 +159,13 @@ class _Step:
         self.unfinished -= 1
         if self.unfinished == 0:
             self.all_done.succeed(env.now)
+
+    def _cached_prefix(self, group_key: int, shared: int, traj: int,
+                       tokens: int) -> tuple[tuple[str, int], ...]:
+        """Each replica's cached tokens of this prompt now: a KV-event-fed router's view."""
+        block = self.workload.model.block_size
+        return tuple((sid, replica.kv.lookup(group_key, shared, traj, tokens) * block)
+                     for sid, replica in self.replicas.items())
 
     def _release_later(self, server: str, pending: list[bool]) -> None:
         delay = self.workload.release_delay_s
