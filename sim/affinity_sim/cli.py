@@ -101,7 +101,7 @@ def register(parser: argparse.ArgumentParser) -> None:
              "band-mM-TT-capC (the context band; -reuse: fed observed reuse), group-only "
              "(PR #6122's group pins), group-margin-N (group pins inside margin N), "
              "prefix-pP-margin-N (prefix-aware placement within min+P, margin N), "
-             "prefix-pP-group-margin-N (both), least-loaded "
+             "prefix-pP-group-margin-N (both; -index: fed the adapters' index), least-loaded "
              f"(default: the preset's, normally {','.join(DEFAULT_POLICIES)}); legacy is "
              "always added as the baseline")
     parser.add_argument("--workloads", type=_csv, default=None, metavar="W1,W2,...",

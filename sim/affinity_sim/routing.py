@@ -48,12 +48,22 @@ Built-in policy names (:func:`parse_policy`):
   unpinned conversation) may use any replica within ``min + P`` and takes the one holding
   the most of the turn's prompt; a kept pin is PR #7435's;
 * ``prefix-pP-group-margin-N``: both: group pins inside margin N, and prefix-aware
-  placement within ``min + P`` wherever a conversation or a group is placed.
+  placement within ``min + P`` wherever a conversation or a group is placed;
+* either with ``-index`` appended: the same core configuration, with the estimate from
+  the adapters' own index instead (``prefix_source = "index"``, below).
 
-With prefix-aware placement the simulated adapter sends ``cached_prefix``: for every
-replica, the prompt tokens its KV pool would serve from cache for this turn now (its
-``KvPool.lookup``), what a router fed vLLM's KV-cache events knows (SPEC R-PFX-7). Without
-it nothing is sent (the core would not read it, R-PFX-1).
+With prefix-aware placement the simulated adapter sends ``cached_prefix`` from one of two
+sources (SPEC R-PFX-7; without the option nothing is sent, the core would not read it,
+R-PFX-1):
+
+* ``"cache"``: for every replica, the prompt tokens its KV pool would serve from cache
+  for this turn now (its ``KvPool.lookup``), what a router fed vLLM's KV-cache events
+  knows. A prompt is in a pool only once a replica has admitted it, so samples of one
+  prompt launched together see nothing of one another;
+* ``"index"``: :class:`affinity_runtime.PrefixIndex`, the index the verl adapter and
+  ``affinity serve`` ship, fed the turn's block chain (the prompt's blocks shared by its
+  group, then the trajectory's own) and recording the chosen replica at once, as the
+  adapters do. Its capacity is the replica's KV pool in blocks.
 
 Every acquire carries its trajectory's group (``g<prompt index>``); a policy without group
 stickiness never reads it (SPEC R-GRP-7), so its decisions are those without groups.
@@ -102,13 +112,14 @@ DEFAULT_POLICIES = (
 _NAME_FORMS = ("legacy, null, legacy-first, legacy-draw, legacy-hashed, margin-N, dual-ABS, "
                "dual-ABS-REL, band-mM-TT-capC, "
                "band-mM-TT-capC-reuse, group-only, group-margin-N, prefix-pP-margin-N, "
-               "prefix-pP-group-margin-N, least-loaded, or a table")
+               "prefix-pP-group-margin-N (either with -index), least-loaded, or a table")
 CONTEXT_SOURCES = ("prompt", "reuse")
+PREFIX_SOURCES = ("cache", "index")
 _TABLE_KEYS = {"name", "affinity_break_margin", "balance_abs_threshold",
                "balance_rel_threshold", "tie_break", "sticky", "max_cache_size",
                "affinity_break_tokens", "affinity_break_band_cap", "context_source",
                "group_stickiness", "group_break_margin", "max_group_cache_size",
-               "placement_margin"}
+               "placement_margin", "prefix_source"}
 
 
 class PolicyError(ValueError):
@@ -135,6 +146,9 @@ class PolicySpec:
     group_break_margin: int | None = None
     max_group_cache_size: int = 10000
     placement_margin: int | None = None  # prefix-aware placement's m_place (SPEC 8.1)
+    # Where the simulated adapter's cached_prefix comes from: the replicas' KV pools, or
+    # the adapters' own index of routed blocks. The core never sees the difference.
+    prefix_source: str = "cache"
 
     def config(self, default_tie_break: str = "draw") -> Config:
         gate = None
@@ -173,6 +187,7 @@ class PolicySpec:
             }),
             **({} if self.placement_margin is None else {
                 "placement_margin": self.placement_margin,
+                "prefix_source": self.prefix_source,
             }),
         }
 
@@ -205,11 +220,12 @@ def _from_name(name: str) -> PolicySpec:
     if match:
         return PolicySpec(name=name, group_stickiness="fallback",
                           affinity_break_margin=int(match.group(1)))
-    match = re.fullmatch(r"prefix-p(\d+)-(group-)?margin-(\d+)", name)
+    match = re.fullmatch(r"prefix-p(\d+)-(group-)?margin-(\d+)(-index)?", name)
     if match:
         return PolicySpec(name=name, placement_margin=int(match.group(1)),
                           group_stickiness="fallback" if match.group(2) else "off",
-                          affinity_break_margin=int(match.group(3)))
+                          affinity_break_margin=int(match.group(3)),
+                          prefix_source="index" if match.group(4) else "cache")
     raise PolicyError(f"unknown policy {name!r}; accepted: {_NAME_FORMS}")
 
 
@@ -242,6 +258,9 @@ def parse_policy(spec: str | Mapping[str, Any] | PolicySpec) -> PolicySpec:
         policy = _from_table(spec)
     else:
         raise PolicyError(f"a policy is a name or a table, got {spec!r}; accepted: {_NAME_FORMS}")
+    if policy.prefix_source not in PREFIX_SOURCES:
+        raise PolicyError(f"policy {policy.name!r}: prefix_source must be one of "
+                          f"{list(PREFIX_SOURCES)}, got {policy.prefix_source!r}")
     if policy.context_source not in CONTEXT_SOURCES:
         raise PolicyError(f"policy {policy.name!r}: context_source must be one of "
                           f"{list(CONTEXT_SOURCES)}, got {policy.context_source!r}")

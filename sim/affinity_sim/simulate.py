@@ -37,6 +37,7 @@ import attrs
 import simpy
 
 from affinity_engine import Path
+from affinity_runtime.prefix_index import PrefixIndex
 
 from .replica import QueueTracker, Replica, Request
 from .routing import Balancer, PolicySpec, ReuseMeter
@@ -82,6 +83,18 @@ class StepResult:
         return attrs.asdict(self)
 
 
+def _extend_chain(chain: list[bytes], plan: TrajectoryPlan, shared: int, blocks: int,
+                  epoch: int) -> None:
+    """``chain`` becomes the block chain of a prompt of ``blocks`` full blocks: the group's
+    ``shared`` prompt blocks, then the trajectory's own. A block's key names what fixes its
+    content (group or trajectory, position, and for the trajectory's blocks the rewinds
+    before it was written), so equal keys mean equal chained digests in vLLM."""
+    del chain[blocks:]
+    for i in range(len(chain), blocks):
+        chain.append(b"g%d:%d" % (plan.group, i) if i < shared
+                     else b"t%d:%d:%d" % (plan.index, i, epoch))
+
+
 class _Step:
     """The mutable world of one simulation run."""
 
@@ -100,6 +113,10 @@ class _Step:
                                  random.Random(f"ties:{seed}"))
         self.plans = plans
         self.reuse = ReuseMeter() if policy.context_source == "reuse" else None
+        # prefix_source "index": the adapters' own index of routed blocks, a KV pool's size
+        self.index = (PrefixIndex(workload.model.block_size, workload.model.capacity_blocks)
+                      if config.prefix_placement and policy.prefix_source == "index"
+                      else None)
         self.unfinished = len(plans)
         self.all_done = self.env.event()
         self.self_count = 0
@@ -116,6 +133,8 @@ class _Step:
         group_id = f"g{plan.group}"  # the prompt's samples: GRPO's uid
         context = plan.prompt_tokens
         pending = [False]  # the previous turn's release has not reached the balancer yet
+        chain: list[bytes] = []  # the turn's prompt blocks, for the index source
+        rewound = [0]  # rewinds so far: blocks written after one are new content
         previous: str | None = None  # the replica that served the previous turn
         reuse = self.reuse
         last = len(plan.outputs) - 1
@@ -132,9 +151,15 @@ class _Step:
             sent = context
             if reuse is not None and previous is not None:
                 sent = reuse.scaled(previous, context)
-            estimate = (self._cached_prefix(group_key, shared, plan.index, context)
-                        if self.balancer.reads_prefix else ())
+            estimate: tuple[tuple[str, int], ...] = ()
+            if self.index is not None:
+                _extend_chain(chain, plan, shared, context // block, rewound[0])
+                estimate = self.index.estimate(chain, self.server_ids)
+            elif self.balancer.reads_prefix:
+                estimate = self._cached_prefix(group_key, shared, plan.index, context)
             server = self.balancer.acquire(plan.request_id, sent, group_id, estimate)
+            if self.index is not None:
+                self.index.record(server, chain)
             request = Request(env, plan.index, group_key, shared, context, output)
             self.replicas[server].submit(request)
             self.turns += 1
@@ -150,6 +175,8 @@ class _Step:
             if turn < last:
                 if plan.rewinds:
                     context -= plan.rewinds[turn]
+                    rewound[0] += 1
+                    del chain[context // block:]  # what follows is new content
                     self.replicas[server].kv.truncate(
                         plan.index, max(0, context // block - shared))
                 latency = plan.tool_latency_s[turn]
