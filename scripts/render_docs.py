@@ -411,33 +411,74 @@ def _band(table: str, name: str, policy: str = "band-m1-T8192-cap4") -> Callable
     return render
 
 
+# The registered predictions behind docs/verl-routing.md, each rendered as its own table:
+# region suffix -> prediction file (sim/studies/).
+VERL_ROUTING_PREDICTIONS = {"": "verl-routing-prediction.toml",
+                            "-groups": "group-pins-prediction.toml",
+                            "-prefix": "prefix-placement-prediction.toml",
+                            "-prefix-index": "prefix-index-prediction.toml"}
+
+
 @cache
-def _verl_routing() -> tuple[dict[str, Any], list[Any]]:
-    """The records behind docs/verl-routing.md's simulated column, and the registered claims."""
+def _verl_routing() -> tuple[dict[str, Any], dict[str, list[Any]]]:
+    """The records behind docs/verl-routing.md's simulated column, and the registered claims
+    of each prediction file. The group-pin and prefix runs join the PR runs by seed; a
+    shared ``legacy`` row that differs refuses the merge (records.merge_records)."""
     from affinity_sim import verl_routing
+    from affinity_sim.records import merge_records
+    calibrated = merge_records([(name, _sim(name)) for name in (
+        "verl-routing", "verl-routing-groups", "verl-routing-prefix",
+        "verl-routing-prefix-index")])
+    pr_scale = merge_records([
+        ("verl-routing-prscale", verl_routing.pr_scale_record(_sim("verl-routing-prscale"),
+                                                              _sim("context-band-prscale"))),
+        ("verl-routing-groups-prscale", _sim("verl-routing-groups-prscale")),
+        ("verl-routing-prefix-prscale", _sim("verl-routing-prefix-prscale")),
+    ])
     records = {
-        "calibrated": _sim("verl-routing"),
-        "pr-scale": verl_routing.pr_scale_record(_sim("verl-routing-prscale"),
-                                                 _sim("context-band-prscale")),
+        "calibrated": calibrated,
+        "pr-scale": pr_scale,
         "context-band": _sim("context-band"),  # the same workloads with random ties
     }
-    text = (ROOT / "sim" / "studies" / "verl-routing-prediction.toml").read_text(encoding="utf-8")
-    return records, verl_routing.load_claims(text)
+    claims = {suffix: verl_routing.load_claims(
+        (ROOT / "sim" / "studies" / name).read_text(encoding="utf-8"))
+        for suffix, name in VERL_ROUTING_PREDICTIONS.items()}
+    return records, claims
+
+
+# Region names cannot hold spaces: the slugs of the policy rows that are not PRs.
+VERL_ROUTING_ROW_SLUGS = {"group-band": "group pins with a band",
+                          "prefix-band": "prefix placement in the band",
+                          "prefix-group-band": "group pins and prefix placement in the band",
+                          "prefix-index-band": "prefix placement in the band, adapters' index",
+                          "prefix-index-group-band": "both together, adapters' index"}
 
 
 def verl_routing_column(row: str) -> str:
     from affinity_sim import verl_routing
     records, claims = _verl_routing()
+    row = VERL_ROUTING_ROW_SLUGS.get(row, row)
     if row == "main":
         return verl_routing.baseline_cell(records)
-    return verl_routing.column(records, row, claims)
+    every = [c for file_claims in claims.values() for c in file_claims]
+    return verl_routing.column(records, row, every)
+
+
+VERL_ROUTING_RUNS = (
+    ("verl-routing", "context-band.toml's workloads"),
+    ("verl-routing-groups", "group pins on them"),
+    ("verl-routing-prefix", "prefix placement on them"),
+    ("verl-routing-prefix-index", "prefix placement fed the adapters' index on them"),
+    ("verl-routing-prscale", "PR #7435's scale"),
+    ("verl-routing-groups-prscale", "group pins at PR #7435's scale"),
+    ("verl-routing-prefix-prscale", "prefix placement at PR #7435's scale"),
+)
 
 
 def verl_routing_runs() -> str:
-    """What the two runs behind docs/verl-routing.md's column were: steps, seeds, time."""
+    """What the runs behind docs/verl-routing.md's column were: steps, seeds, time."""
     parts = []
-    for name, what in (("verl-routing", "context-band.toml's workloads"),
-                       ("verl-routing-prscale", "PR #7435's scale")):
+    for name, what in VERL_ROUTING_RUNS:
         record = _sim(name)
         seeds = record["seeds"]
         workloads = sorted({r["workload"] for r in record["results"]})
@@ -449,10 +490,22 @@ def verl_routing_runs() -> str:
     return "Runs: " + "; ".join(parts) + "."
 
 
-def verl_routing_prediction() -> str:
-    from affinity_sim import verl_routing
-    records, claims = _verl_routing()
-    return verl_routing.prediction_table(records, claims)
+def verl_routing_prediction(suffix: str = "") -> Callable[[], str]:
+    def render() -> str:
+        from affinity_sim import verl_routing
+        records, claims = _verl_routing()
+        return verl_routing.prediction_table(records, claims[suffix])
+    return render
+
+
+def verl_routing_acceptance(policy: str) -> Callable[[], str]:
+    """Prefix placement in the band against margin 2 and #6122, paired seed by seed."""
+    def render() -> str:
+        from affinity_sim import verl_routing
+        records, _ = _verl_routing()
+        return verl_routing.acceptance_table(records["calibrated"], policy,
+                                             ("margin-2", "group-only"))
+    return render
 
 
 def package_lines() -> str:
@@ -509,7 +562,10 @@ RENDERERS: dict[str, Callable[[], str]] = {
     "sim.band-reuse.head-to-head": _band("head-to-head", "context-band-reuse",
                                          "band-m1-T8192-cap4-reuse"),
     "sim.band-reuse.regret": _band("regret", "context-band-reuse"),
-    "verl-routing.prediction": verl_routing_prediction,
+    **{f"verl-routing.prediction{suffix}": verl_routing_prediction(suffix)
+       for suffix in VERL_ROUTING_PREDICTIONS},
+    "verl-routing.prefix-acceptance": verl_routing_acceptance("prefix-p2-margin-2"),
+    "verl-routing.prefix-index-acceptance": verl_routing_acceptance("prefix-p2-margin-2-index"),
     "verl-routing.runs": verl_routing_runs,
 }
 

@@ -38,6 +38,8 @@ from .records import merge_records
 from .stats import median_ci, wilcoxon_p
 
 __all__ = [
+    "ACCEPTANCE_P",
+    "ACCEPTANCE_SLACK",
     "CALIBRATED_WORKLOADS",
     "CLAIM_KINDS",
     "PR_WORKLOADS",
@@ -46,6 +48,7 @@ __all__ = [
     "ClaimError",
     "Outcome",
     "Paired",
+    "acceptance_table",
     "baseline_cell",
     "claim_row",
     "column",
@@ -64,7 +67,11 @@ SCALE_NAMES = {"calibrated": "context-band.toml's workloads",
 # The table row (a PR number, or a new policy's name) -> the simulator policy that expresses
 # it. A PR row's claims name it "#<number>".
 ROW_POLICIES = {"7435": "margin-2", "6533": "dual-64", "7613": "legacy-draw",
-                "6122": "group-only", "group pins with a band": "group-margin-2"}
+                "6122": "group-only", "group pins with a band": "group-margin-2",
+                "prefix placement in the band": "prefix-p2-margin-2",
+                "group pins and prefix placement in the band": "prefix-p2-group-margin-2",
+                "prefix placement in the band, adapters' index": "prefix-p2-margin-2-index",
+                "both together, adapters' index": "prefix-p2-group-margin-2-index"}
 BASELINE = "legacy"
 CLAIM_KINDS = ("identical", "faster", "slower", "null", "within", "order", "near", "close")
 _KEYS = {"row", "scale", "workloads", "policy", "expect", "why", "low", "high",
@@ -139,16 +146,22 @@ def _times(record: Mapping[str, Any]) -> dict[tuple[str, str], dict[int, float]]
     return times
 
 
-def paired(record: Mapping[str, Any], workload: str, policy: str) -> Paired:
-    """``policy`` against legacy on ``workload``, over the seeds both ran."""
+def paired(record: Mapping[str, Any], workload: str, policy: str,
+           baseline: str = BASELINE, among: str | None = None) -> Paired:
+    """``policy`` against ``baseline`` on ``workload``, over the seeds both ran (and, with
+    ``among``, that policy ran too: two policies compared with one another are each taken
+    on the same seeds)."""
     times = _times(record)
-    for name in (policy, BASELINE):
+    for name in (policy, baseline) + ((among,) if among else ()):
         if (workload, name) not in times:
             raise ClaimError(f"the record has no {name!r} results for workload {workload!r}")
-    mine, base = times[(workload, policy)], times[(workload, BASELINE)]
-    seeds = sorted(set(mine) & set(base))
+    mine, base = times[(workload, policy)], times[(workload, baseline)]
+    shared = set(mine) & set(base)
+    if among:
+        shared &= set(times[(workload, among)])
+    seeds = sorted(shared)
     if not seeds:
-        raise ClaimError(f"{policy!r} and {BASELINE!r} share no seed on {workload!r}")
+        raise ClaimError(f"{policy!r} and {baseline!r} share no seed on {workload!r}")
     changes = [(mine[s] - base[s]) / base[s] for s in seeds]
     low, high = median_ci(changes)
     return Paired(seeds=len(seeds), median=statistics.median(changes), ci_low=low, ci_high=high,
@@ -196,6 +209,9 @@ def column(records: Mapping[str, Mapping[str, Any]], row: str,
     parts = []
     for scale, workloads in SCALES.items():
         record = records[scale]
+        if not any(r["policy"] == policy for r in record["results"]):
+            parts.append(f"{SCALE_NAMES[scale]}: not run")
+            continue
         cells = "; ".join(f"{w} {_cell(paired(record, w, policy))}" for w in workloads)
         parts.append(f"{SCALE_NAMES[scale]}, {_seeds(record, workloads, policy)} seeds: "
                      f"{cells}")
@@ -238,14 +254,14 @@ def evaluate(claim: Claim, records: Mapping[str, Mapping[str, Any]]) -> list[Out
     for w in claim.workloads:
         if claim.expect == "order":
             _need(claim, "faster_policy", "slower_policy")
-            a = paired(record, w, str(claim.faster_policy))
-            b = paired(record, w, str(claim.slower_policy))
+            a = paired(record, w, str(claim.faster_policy), among=claim.slower_policy)
+            b = paired(record, w, str(claim.slower_policy), among=claim.faster_policy)
             observed = f"{_pct(a.median)}% vs {_pct(b.median)}%"
             hit = a.median < b.median
         elif claim.expect == "close":
             _need(claim, "policy", "other_policy", "points")
-            a = paired(record, w, str(claim.policy))
-            b = paired(record, w, str(claim.other_policy))
+            a = paired(record, w, str(claim.policy), among=claim.other_policy)
+            b = paired(record, w, str(claim.other_policy), among=claim.policy)
             gap = abs(a.median - b.median) * 100
             observed = f"{_pct(a.median)}% vs {_pct(b.median)}% ({gap:.1f} pt)"
             hit = gap <= float(claim.points or 0.0)
@@ -329,4 +345,39 @@ def prediction_table(records: Mapping[str, Mapping[str, Any]], claims: Sequence[
     hits = sum(o.hit for o in outcomes)
     lines.append(f"\n{hits} of {len(outcomes)} registered claims hit; "
                  f"{len(outcomes) - hits} missed.")
+    return "\n".join(lines)
+
+
+ACCEPTANCE_P = 0.01  # "beats" means the paired median is below 0 at this Wilcoxon p
+ACCEPTANCE_SLACK = 0.01  # and "never worse by more than 1 point" on any workload
+
+
+def acceptance_table(record: Mapping[str, Any], policy: str, rivals: Sequence[str],
+                     workloads: Sequence[str] = CALIBRATED_WORKLOADS,
+                     needed: int = 3) -> str:
+    """``policy`` paired against each rival directly, per workload: the median change
+    ``(t_policy - t_rival) / t_rival`` with its 95% interval and the Wilcoxon p. It *beats*
+    a rival where the median is below 0 at p < ACCEPTANCE_P; the target is beating every
+    rival on ``needed`` workloads and never being worse than one by more than
+    ACCEPTANCE_SLACK."""
+    lines = ["| workload | " + " | ".join(f"vs `{r}`" for r in rivals) + " | beats all |",
+             "|---|" + "---|" * len(rivals) + "---|"]
+    beaten_all = 0
+    worst = -1.0
+    for w in workloads:
+        cells, beats = [], True
+        for rival in rivals:
+            p = paired(record, w, policy, baseline=rival)
+            won = p.median < 0 and p.p_value < ACCEPTANCE_P
+            beats &= won
+            worst = max(worst, p.median)
+            cells.append(f"{_pct(p.median)}% [{_pct(p.ci_low)}, {_pct(p.ci_high)}] · "
+                         f"p {_p(p.p_value)}, {p.seeds} seeds{' · **beats**' if won else ''}")
+        beaten_all += beats
+        lines.append(f"| {w} | " + " | ".join(cells) + f" | {'yes' if beats else 'no'} |")
+    met = beaten_all >= needed and worst <= ACCEPTANCE_SLACK
+    lines.append(f"\nBeats every rival at p < {ACCEPTANCE_P} on {beaten_all} of "
+                 f"{len(workloads)} workloads (target: {needed}); its worst median against a "
+                 f"rival is {_pct(worst)}% (target: at most {_pct(ACCEPTANCE_SLACK)}%). "
+                 f"Target **{'met' if met else 'missed'}**.")
     return "\n".join(lines)

@@ -163,6 +163,78 @@ def test_a_group_within_the_band_moves_once_it_exceeds_it() -> None:
     assert balancer.state.groups.broken == 1
 
 
+def test_prefix_policies_map_to_placement_margin() -> None:
+    # SPEC section 8.1: placement_margin beside the margin, with or without group pins
+    assert parse_policy("prefix-p2-margin-2").config("first") == Config(
+        placement_margin=2, affinity_break_margin=2, tie_break="first")
+    assert parse_policy("prefix-p1-group-margin-3").config("first") == Config(
+        placement_margin=1, affinity_break_margin=3, group_stickiness="fallback",
+        tie_break="first")
+    assert parse_policy({"name": "p", "placement_margin": 4}).config().placement_margin == 4
+    with pytest.raises(PolicyError, match="placement_margin"):
+        parse_policy({"name": "bad", "placement_margin": -1})
+    with pytest.raises(PolicyError, match="unknown policy"):
+        parse_policy("prefix-margin-2")
+
+
+def test_prefix_placement_follows_the_cache_inside_the_band_only() -> None:
+    estimate = (("a", 0), ("b", 0), ("c", 4096))
+
+    def place(policy: str, loads: int) -> str:
+        balancer = Balancer(parse_policy(policy).config("first"), ["a", "b", "c"], True,
+                            random.Random(0))
+        for _ in range(3 * loads):  # round robin: `loads` each; then a and b are freed
+            balancer.driver.acquire(None)
+        for server in ("a", "b"):
+            for _ in range(loads):
+                balancer.driver.release(server)  # only c keeps them
+        return balancer.acquire("s", 100, None, estimate)
+
+    assert place("prefix-p2-margin-2", 0) == "c"  # the cache decides among the tied
+    assert place("prefix-p2-margin-2", 2) == "c"  # c is within min + 2
+    assert place("prefix-p2-margin-2", 3) == "a"  # c is outside the band: least loaded
+    assert place("margin-2", 0) == "a"  # without the option the estimate is not read
+
+
+def test_the_index_chain_shares_a_prompts_blocks_and_forgets_a_rewound_tail() -> None:
+    from affinity_sim.simulate import _extend_chain
+    plans = plan_step(tiny_workload(), 0)
+    a, b = plans[0], next(p for p in plans if p.group == plans[0].group and p is not plans[0])
+    other = next(p for p in plans if p.group != plans[0].group)
+    chain_a: list[bytes] = []
+    chain_b: list[bytes] = []
+    chain_o: list[bytes] = []
+    _extend_chain(chain_a, a, 2, 4, 0)
+    _extend_chain(chain_b, b, 2, 4, 0)
+    _extend_chain(chain_o, other, 2, 4, 0)
+    assert chain_a[:2] == chain_b[:2] and chain_a[2:] != chain_b[2:]  # siblings share 2
+    assert chain_a[0] != chain_o[0]  # another prompt shares nothing
+    before = list(chain_a)
+    _extend_chain(chain_a, a, 2, 6, 0)
+    assert chain_a[:4] == before  # a longer prompt extends the chain
+    del chain_a[3:]  # a rewind to block 3: what follows is new content
+    _extend_chain(chain_a, a, 2, 6, 1)
+    assert chain_a[:3] == before[:3] and chain_a[3] != before[3]
+
+
+def test_the_index_source_moves_placements_where_the_cold_pools_cannot() -> None:
+    workload = tiny_workload()
+
+    def hits(policy: str) -> list[float]:
+        return [simulate_step(workload, parse_policy(policy), seed).prefix_hit_rate
+                for seed in range(4)]
+
+    plain, cache, index = hits("margin-2"), hits("prefix-p2-margin-2"), hits(
+        "prefix-p2-margin-2-index")
+    # the KV pools hold a prompt only once admitted, and this step launches every sample at
+    # once: the cache source sees nothing yet and places as margin 2; the index records
+    # each placement at once, so its estimates move later samples
+    assert cache == plain
+    assert index != plain
+    with pytest.raises(PolicyError, match="prefix_source"):
+        parse_policy({"name": "bad", "placement_margin": 1, "prefix_source": "kv"})
+
+
 def test_workload_plans_are_independent_of_the_policy() -> None:
     workload = tiny_workload()
     assert plan_step(workload, 5) == plan_step(attrs.evolve(workload), 5)

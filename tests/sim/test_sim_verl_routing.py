@@ -17,6 +17,7 @@ from affinity_sim.verl_routing import (
     ROW_POLICIES,
     Claim,
     ClaimError,
+    acceptance_table,
     claim_row,
     evaluate,
     load_claims,
@@ -142,10 +143,69 @@ def test_the_registered_predictions_are_well_formed() -> None:
     studies = ROOT / "sim" / "studies"
     claims = load_claims((studies / "verl-routing-prediction.toml").read_text(encoding="utf-8"))
     groups = load_claims((studies / "group-pins-prediction.toml").read_text(encoding="utf-8"))
-    assert {c.row for c in claims + groups} == {claim_row(row) for row in ROW_POLICIES}
+    prefix = load_claims(
+        (studies / "prefix-placement-prediction.toml").read_text(encoding="utf-8"))
+    index = load_claims((studies / "prefix-index-prediction.toml").read_text(encoding="utf-8"))
+    every = claims + groups + prefix + index
+    assert {c.row for c in every} == {claim_row(row) for row in ROW_POLICIES}
     assert {c.row for c in groups} == {"#6122", "group pins with a band"}
-    for claim in claims + groups:
-        assert claim.policy in (None, *ROW_POLICIES.values()), claim
+    assert {c.row for c in prefix} == {"prefix placement in the band",
+                                       "group pins and prefix placement in the band"}
+    assert {c.row for c in index} == {"prefix placement in the band, adapters' index",
+                                      "both together, adapters' index"}
+    # a claim's policy is a row's, or one the prefix run adds beside its row's
+    for claim in every:
+        assert claim.policy in (None, *ROW_POLICIES.values(), "prefix-p1-margin-2"), claim
+
+
+def test_the_prefix_run_is_the_referees_workloads() -> None:
+    referee = load_sweep(EXAMPLES / "verl-routing.toml")
+    prefix = load_sweep(EXAMPLES / "verl-routing-prefix.toml")
+    assert prefix.workloads == referee.workloads and prefix.seed_list() == referee.seed_list()
+    assert [p.name for p in prefix.policies] == [
+        "legacy", "prefix-p1-margin-2", "prefix-p2-margin-2", "prefix-p2-group-margin-2"]
+
+
+def test_the_index_run_is_the_prefix_runs_configurations_on_the_same_workloads() -> None:
+    prefix = load_sweep(EXAMPLES / "verl-routing-prefix.toml")
+    index = load_sweep(EXAMPLES / "verl-routing-prefix-index.toml")
+    assert index.workloads == prefix.workloads and index.seed_list() == prefix.seed_list()
+    by_name = {p.name: p for p in prefix.policies}
+    for policy in index.policies[1:]:
+        assert policy.prefix_source == "index"
+        twin = by_name[policy.name.removesuffix("-index")]
+        # the core sees the same configuration: only the adapter's estimate differs
+        assert policy.config("first") == twin.config("first")
+
+
+def test_two_policies_compared_directly_use_the_seeds_both_ran() -> None:
+    record = _record({("ctx2k", "legacy"): BASE, ("ctx2k", "a"): [t * 0.9 for t in BASE],
+                      ("ctx2k", "b"): [t * 0.8 for t in BASE[:5]] + [t * 1.2 for t in BASE[5:]]})
+    short = {"results": [r for r in record["results"]
+                         if not (r["policy"] == "b" and r["seed"] >= 5)]}
+    # on all ten seeds b's median is slower than a's; on the five b ran it is faster
+    claim = _claim(expect="order", faster_policy="b", slower_policy="a")
+    assert not evaluate(claim, {"calibrated": record})[0].hit
+    assert evaluate(claim, {"calibrated": short})[0].hit
+    assert paired(short, "ctx2k", "a", among="b").seeds == 5
+    assert paired(short, "ctx2k", "a").seeds == 10
+
+
+def test_the_acceptance_table_meets_only_a_significant_win_on_enough_workloads() -> None:
+    workloads = ("ctx2k", "ctx9k", "ctx20k")
+    rows: dict[tuple[str, str], list[float]] = {}
+    for w in workloads:
+        rows[(w, "rival")] = BASE
+        rows[(w, "winner")] = [t * 0.95 for t in BASE]
+        rows[(w, "tie")] = [t + (1 if i % 2 else -1) for i, t in enumerate(BASE)]
+    record = _record(rows)
+    won = acceptance_table(record, "winner", ("rival",), workloads, needed=3)
+    assert won.endswith("Target **met**.") and won.count("**beats**") == 3
+    # negative controls: no significant win, or one workload short of the target
+    tied = acceptance_table(record, "tie", ("rival",), workloads, needed=3)
+    assert tied.endswith("Target **missed**.") and "**beats**" not in tied
+    assert acceptance_table(record, "winner", ("rival",), workloads, needed=4).endswith(
+        "Target **missed**.")
 
 
 def test_the_group_run_is_the_referees_workloads() -> None:
