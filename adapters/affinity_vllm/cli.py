@@ -50,6 +50,14 @@ def _margin(text: str) -> int | None:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
 
+def _placement_margin(text: str) -> int | None:
+    """``--placement-margin``: 'none' or an integer >= 0, as ``--margin``."""
+    try:
+        return parse_margin(text, "--placement-margin")
+    except OptionsError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
 def _group_margin(text: str) -> int | None:
     """``--group-break-margin``: 'none' or an integer >= 0, as ``--margin``."""
     try:
@@ -181,6 +189,27 @@ def register(parser: argparse.ArgumentParser) -> None:
                        help="JSON body field to take the group id from when the header is "
                        "absent (default: none). A keyed request without a group id is "
                        "routed by its session key alone")
+
+    place = parser.add_argument_group(
+        "prefix-aware placement", "a placement (a new session, a broken pin, a group with "
+        "no pin) may use any backend within least load + M and takes the one the router "
+        "has sent the most of this prompt's leading blocks (SPEC 8.1). The router keeps, "
+        "per backend, the prompt blocks it routed there (token ids, else the prompt text); "
+        "its memory per backend is under /status prefix_index")
+    place.add_argument("--placement-margin", type=_placement_margin, default=None,
+                       metavar="N|none",
+                       help="the load band a placement may use; 'none' (the default) "
+                       "places on the least loaded, as without the option; ignored under "
+                       "--full-determinism")
+    place.add_argument("--prefix-block-size", type=int,
+                       default=d.prefix_block_size.default, metavar="TOKENS",
+                       help="tokens a block, as the backends' vLLM block_size "
+                       "(default: %(default)s)")
+    place.add_argument("--prefix-index-blocks", type=int,
+                       default=d.prefix_index_blocks.default, metavar="N",
+                       help="blocks remembered per backend, least recently routed "
+                       "forgotten first (default: %(default)s, about 1M tokens of prompt "
+                       "and 8 MiB of index per backend)")
 
     net = parser.add_argument_group("server and limits")
     net.add_argument("--host", default=d.host.default,
@@ -338,6 +367,8 @@ def options_from_args(args: argparse.Namespace) -> RouterOptions:
         group_stickiness=args.group_stickiness, group_break_margin=args.group_break_margin,
         max_group_cache_size=args.max_group_cache_size, group_header=args.group_header,
         group_body_field=args.group_body_field,
+        placement_margin=args.placement_margin, prefix_block_size=args.prefix_block_size,
+        prefix_index_blocks=args.prefix_index_blocks,
         host=args.host, port=args.port, max_body_bytes=args.max_body_bytes,
         max_header_bytes=args.max_header_bytes, max_concurrency=args.max_concurrency,
         connect_timeout=args.connect_timeout, upstream_timeout=args.upstream_timeout,

@@ -68,6 +68,7 @@ from .routing import RoutingTable
 if TYPE_CHECKING:
     from .context import ContextCounter
     from .health import BackendHealth
+    from .prefix_placement import PrefixPlacement
     from .usage import ReuseFeed
 
 __all__ = ["DURATION_BUCKETS", "BackendReport", "RouterMetrics"]
@@ -176,8 +177,14 @@ class RouterMetrics:
         self._context = r.counter(p + "context_sources_total", "keyed requests by the source "
                                   "of their prompt length for the context band (ids, "
                                   "estimate, tokenize, tokenize_fallback)", ["source"])
+        self._index_blocks = r.gauge(p + "prefix_index_blocks", "prompt blocks the prefix "
+                                     "index holds for the backend (--placement-margin)",
+                                     ["backend"])
+        self._index_bytes = r.gauge(p + "prefix_index_bytes", "bytes the prefix index takes "
+                                    "for the backend (--placement-margin)", ["backend"])
         self.health: dict[str, BackendHealth] = {}
         self.context: ContextCounter | None = None  # set by the router with the band
+        self.placement: PrefixPlacement | None = None  # set by the proxy with placement
         self.reuse: ReuseFeed | None = None  # set by the proxy with --context-reuse
         self.connections = 0
         self.retries.samples[()] = 0.0
@@ -235,6 +242,10 @@ class RouterMetrics:
                 self._context.set(source, value=count)
         self._refresh()
         self._refresh_log()
+        if self.placement is not None:
+            for sid, held in self.placement.index.memory().items():
+                self._index_blocks.set(sid, value=held["blocks"])
+                self._index_bytes.set(sid, value=held["bytes"])
         self._connections.set(value=self.connections)
         return self.registry.render()
 
@@ -267,4 +278,7 @@ class RouterMetrics:
                 "context_tokens": self.context.mode, "sources": dict(self.context.sources)}
             if self.reuse is not None:
                 out["context_band"]["reuse"] = self.reuse.status()
+        if self.placement is not None:
+            out["prefix_index"] = {"placement_margin": self.table.config.placement_margin,
+                                   **self.placement.status()}
         return out

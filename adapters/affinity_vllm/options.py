@@ -85,6 +85,7 @@ _FLAG_NAMES = (
     ("max_group_cache_size", "--max-group-cache-size"),
     ("group_break_margin", "--group-break-margin"),
     ("group_stickiness", "--group-stickiness"),
+    ("placement_margin", "--placement-margin"),
 )
 
 
@@ -204,6 +205,13 @@ class RouterOptions:
         default=10000, validator=_in_range("max_group_cache_size", 1, 10**9, True))
     group_header: str = attrs.field(default="x-group-id", validator=_header_name)
     group_body_field: str | None = attrs.field(default=None, validator=_optional_field)
+    # Prefix-aware placement (SPEC §8.1): placements within min + placement_margin go to
+    # the backend the router's index says holds the most of the prompt.
+    placement_margin: int | None = None
+    prefix_block_size: int = attrs.field(
+        default=16, validator=_in_range("prefix_block_size", 1, 1 << 20, True))
+    prefix_index_blocks: int = attrs.field(
+        default=65536, validator=_in_range("prefix_index_blocks", 1, 1 << 30, True))
     max_body_bytes: int = attrs.field(
         default=8 << 20, validator=_in_range("max_body_bytes", 1024, 1 << 31, True))
     max_header_bytes: int = attrs.field(
@@ -326,6 +334,7 @@ class RouterOptions:
                 group_stickiness=self.group_stickiness,
                 group_break_margin=self.group_break_margin,
                 max_group_cache_size=self.max_group_cache_size,
+                placement_margin=self.placement_margin,
             )
         except ConfigError as exc:
             raise OptionsError(_as_flags(str(exc))) from None

@@ -63,6 +63,7 @@ from affinity_engine import Rejected
 from .http1 import ClientConnection, IncomingRequest, error_body
 from .observability import RouterMetrics
 from .options import RouterOptions
+from .prefix_placement import PrefixPlacement
 from .routing import Lease, LogUnavailable, RoutingTable
 from .upstream import (
     ConnectFailed,
@@ -124,12 +125,19 @@ class Proxy:
         # --context-reuse: c scaled by the pinned backend's reuse, fed by kept responses.
         self.reuse = ReuseFeed(table, metrics.registry) if options.context_reuse else None
         metrics.reuse = self.reuse
+        # --placement-margin: the router's index of the prompt blocks it routed where.
+        self.placement = (PrefixPlacement(options.prefix_block_size,
+                                          options.prefix_index_blocks)
+                          if table.config.prefix_placement else None)
+        metrics.placement = self.placement
 
     def left_pool(self, sid: str) -> None:
         """``sid`` was removed or ejected: with ``--context-reuse`` its reuse evidence goes
         (a returning backend starts afresh; its cache may be cold)."""
         if self.reuse is not None:
             self.reuse.forget(sid)
+        if self.placement is not None:
+            self.placement.forget(sid)
 
     def _head(self, request: IncomingRequest, backend: str) -> bytes:
         _, _, host = self.pool.address(backend)
@@ -151,18 +159,25 @@ class Proxy:
         return b"".join(parts)
 
     async def forward(self, request: IncomingRequest, key: str | None,
-                      context_tokens: int | None = None, group_id: str | None = None) -> int:
+                      context_tokens: int | None = None, group_id: str | None = None,
+                      prompt: tuple[list[bytes], tuple[tuple[str, int], ...]] | None = None
+                      ) -> int:
         """Route, relay and release; returns the status the client got (499: it left).
 
         ``context_tokens`` is the context band's ``c`` (None without the band);
-        ``group_id`` the request's group (None without group stickiness)."""
+        ``group_id`` the request's group (None without group stickiness); ``prompt`` the
+        prompt's block chain and its ``cached_prefix`` estimate (None without prefix-aware
+        placement): the chosen backend is credited with the chain at once."""
         client = request.connection
         reuse = self.reuse
         lease = self.table.acquire(key, context_tokens if reuse is None
-                                   else reuse.context(key, context_tokens), group_id)
+                                   else reuse.context(key, context_tokens), group_id,
+                                   () if prompt is None else prompt[1])
         if not isinstance(lease, Lease):
             client.respond(503, error_body(503, lease.message, "no_backend_available"), _JSON)
             return 503
+        if prompt is not None and self.placement is not None:
+            self.placement.placed(lease.server_id, prompt[0])
         measured = False
         held: Lease | None = None
         retried = False  # the one retry after the request reached a backend is used

@@ -389,11 +389,15 @@ class Router:
         payload = self._payload(request)
         key = self._session_key(request, payload)
         group = self._group_id(request, payload)
+        chat = request.path == "/v1/chat/completions"
         context = None
         if key is not None and self.context is not None:
-            context = await self.context.context_tokens(
-                payload, request.path == "/v1/chat/completions")
-        return await self._forward(request, key, context, group)
+            context = await self.context.context_tokens(payload, chat)
+        prompt = None
+        placement = self.proxy.placement
+        if placement is not None:
+            prompt = placement.estimate(payload, chat, self.table.active)
+        return await self._forward(request, key, context, group, prompt)
 
     async def _models(self, request: IncomingRequest) -> int:
         # A listing is routed like an unkeyed request; full determinism refuses unkeyed
@@ -403,7 +407,8 @@ class Router:
                                    else None)
 
     async def _forward(self, request: IncomingRequest, key: str | None,
-                       context_tokens: int | None = None, group_id: str | None = None
+                       context_tokens: int | None = None, group_id: str | None = None,
+                       prompt: tuple[list[bytes], tuple[tuple[str, int], ...]] | None = None
                        ) -> int:
         if self.active_requests >= self.options.max_concurrency:
             raise BadRequest(503, f"router at its concurrency limit of "
@@ -412,7 +417,7 @@ class Router:
         self.active_requests += 1
         request.session = key
         try:
-            return await self.proxy.forward(request, key, context_tokens, group_id)
+            return await self.proxy.forward(request, key, context_tokens, group_id, prompt)
         finally:
             self.active_requests -= 1
 

@@ -124,9 +124,11 @@ class RoutingTable:
         return self._driver.apply(event, reason)
 
     def acquire(self, request_id: str | None, context_tokens: int | None = None,
-                group_id: str | None = None) -> Lease | Rejected | LogUnavailable:
+                group_id: str | None = None,
+                cached_prefix: tuple[tuple[str, int], ...] = ()
+                ) -> Lease | Rejected | LogUnavailable:
         try:
-            lease = self._driver.lease(request_id, context_tokens, group_id)
+            lease = self._driver.lease(request_id, context_tokens, group_id, cached_prefix)
         except DecisionLogUnavailable as exc:
             self._count(self.decisions, "no_log")
             return LogUnavailable(f"{exc}; --require-decision-log refuses to route "
