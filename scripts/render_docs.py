@@ -239,9 +239,66 @@ def node_consumer_replayed() -> str:
 
 def audit_catalogue() -> str:
     from tools.mutation_audit.catalogue import CATALOGUE
-    equivalent = sum(1 for m in CATALOGUE if m.equivalent is not None)
-    return (f"{len(CATALOGUE)} one-line mutants of the core ({equivalent} argued equivalent, "
-            f"{len(CATALOGUE) - equivalent} that a correct checker must kill)")
+    from tools.mutation_audit.catalogue_core import CORE_CATALOGUE
+
+    def counts(catalogue: Any) -> tuple[int, int]:
+        return len(catalogue), sum(1 for m in catalogue if m.equivalent is not None)
+
+    core, core_eq = counts(CORE_CATALOGUE)
+    engine, engine_eq = counts(CATALOGUE)
+    return (f"{core} one-line mutants of the reference (`affinity_core`, {core_eq} argued "
+            f"equivalent) and {engine} of the engine (`affinity_engine` and the modules it "
+            f"shares, {engine_eq} argued equivalent)")
+
+
+# The audit records: ``python -m tools.mutation_audit.run --package P --scope default
+# --worktree --out proofs/mutation-audit-P.json`` (one file per package).
+AUDIT_RECORDS = {"core": "proofs/mutation-audit-core.json",
+                 "engine": "proofs/mutation-audit-engine.json"}
+AUDIT_NAMES = {"core": "reference (`affinity_core`)", "engine": "engine (`affinity_engine`)"}
+
+
+def _audit_record(package: str) -> dict[str, Any] | None:
+    path = ROOT / AUDIT_RECORDS[package]
+    return _json(AUDIT_RECORDS[package]) if path.exists() else None
+
+
+def audit_rates() -> str:
+    """One line per package: what ``affinity verify`` alone killed of its audit set."""
+    lines = []
+    for package, name in AUDIT_NAMES.items():
+        record = _audit_record(package)
+        if record is None:
+            lines.append(f"* {name}: no recorded run of this catalogue "
+                         f"(`{AUDIT_RECORDS[package]}` is absent)")
+            continue
+        summary = record["packages"][package]
+        lines.append(
+            f"* {name}: `affinity verify --scope {record['scope']}` alone killed "
+            f"**{summary['killed']} of {summary['non_equivalent']}** non-equivalent mutants "
+            f"({100 * summary['kill_rate']:.1f} %); {summary['equivalent']} argued equivalent; "
+            f"commit `{record['commit']}`, load average at the end "
+            f"{', '.join(f'{x:.1f}' for x in record['load_average'])} "
+            f"(`{AUDIT_RECORDS[package]}`)")
+    return "\n".join(lines)
+
+
+def audit_survivors() -> str:
+    """Every mutant of a recorded run that ``affinity verify`` did not kill, with its
+    argument (the catalogue's equivalence claim) or, lacking one, the word survivor."""
+    from tools.mutation_audit.run import by_id
+
+    rows = ["| package | mutant | one-line bug | why it survives |", "|---|---|---|---|"]
+    for package in AUDIT_NAMES:
+        record = _audit_record(package)
+        for result in record["results"] if record else []:
+            if result["verdict"] == "killed":
+                continue
+            claim = by_id(result["id"]).equivalent
+            why = f"equivalent: {claim}" if claim else "**survivor: not argued**"
+            rows.append(f"| {package} | `{result['id']}` | {result['description']} | "
+                        f"{why} |")
+    return "\n".join(rows)
 
 
 # ------------------------------------------------------------------ benchmarks
@@ -543,6 +600,8 @@ RENDERERS: dict[str, Callable[[], str]] = {
     "vectors.node": node_consumer_support,
     "vectors.node.replayed": node_consumer_replayed,
     "audit.catalogue": audit_catalogue,
+    "audit.rates": audit_rates,
+    "audit.survivors": audit_survivors,
     "bench.core": bench_core_table,
     "bench.core-full": bench_core_full,
     "bench.core-runs": bench_core_runs,

