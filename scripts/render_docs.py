@@ -263,6 +263,13 @@ def _audit_record(package: str) -> dict[str, Any] | None:
     return _json(AUDIT_RECORDS[package]) if path.exists() else None
 
 
+def _commits(commit: str | list[str]) -> str:
+    """The commits an audit ran against (a resumed audit may span several)."""
+    commits = [commit] if isinstance(commit, str) else commit
+    return ("commit " if len(commits) == 1 else "commits ") + ", ".join(
+        f"`{c}`" for c in commits)
+
+
 def audit_rates() -> str:
     """One line per package: what ``affinity verify`` alone killed of its audit set."""
     lines = []
@@ -277,7 +284,7 @@ def audit_rates() -> str:
             f"* {name}: `affinity verify --scope {record['scope']}` alone killed "
             f"**{summary['killed']} of {summary['non_equivalent']}** non-equivalent mutants "
             f"({100 * summary['kill_rate']:.1f} %); {summary['equivalent']} argued equivalent; "
-            f"commit `{record['commit']}`, load average at the end "
+            f"{_commits(record['commit'])}, load average at the end "
             f"{', '.join(f'{x:.1f}' for x in record['load_average'])} "
             f"(`{AUDIT_RECORDS[package]}`)")
     return "\n".join(lines)
