@@ -88,27 +88,8 @@ def _order(sweep: Sweep, results: list[StepResult]) -> list[StepResult]:
 
 
 def _ignore_sigint() -> None:
-    """Pool workers leave Ctrl-C to the parent, which terminates them. A worker is born
-    with SIGINT blocked (:func:`_pool_without_sigint`), so it ignores Ctrl-C before it
-    unblocks it: one pressed while it starts can neither kill it half-made nor reach it."""
+    """Pool workers leave Ctrl-C to the parent, which terminates them."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
-
-
-def _pool_without_sigint(processes: int) -> Any:
-    """A ``multiprocessing.Pool`` made with SIGINT blocked in the parent.
-
-    Ctrl-C during the pool's construction would otherwise raise in the middle of it (a
-    ``KeyboardInterrupt`` is not an ``Exception``, so the half-built pool is not cleaned
-    up) or kill a worker between its fork and its initializer. Blocked, the signal stays
-    pending and is raised when the caller unblocks it, inside its ``with`` block, where
-    leaving the block terminates every worker."""
-    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
-    try:
-        return multiprocessing.Pool(processes, initializer=_ignore_sigint)
-    except BaseException:
-        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
-        raise
 
 
 def _run_packed(job: tuple[Workload, Sequence[PolicySpec], int]) -> list[StepResult]:
@@ -151,9 +132,7 @@ def run_sweep(
         # failed step) terminates the workers at once; the executor finished every queued
         # step first, so Ctrl-C took up to a minute.
         jobs = [(w, sweep.policies, s) for w, s in tasks]
-        with _pool_without_sigint(min(workers, total)) as pool:
-            # a Ctrl-C pressed while the pool was made is raised here, inside the block
-            signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+        with multiprocessing.Pool(min(workers, total), initializer=_ignore_sigint) as pool:
             for done, part in enumerate(pool.imap_unordered(_run_packed, jobs), 1):
                 results.extend(part)
                 report(done, total)

@@ -299,13 +299,21 @@ def test_serve_on_a_port_in_use_exits_1_naming_the_address() -> None:
     assert "could not start (the address is in use" in EXIT_STATUS["serve"]
 
 
+def _sigint_at_default() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def test_ctrl_c_stops_a_pooled_simulation_at_once() -> None:
     """With --no-ray the process pool finished every queued step first: Ctrl-C took a
     minute or more. The terminal's SIGINT goes to the whole process group, as here."""
     proc = subprocess.Popen(
         [sys.executable, "-m", "affinity_cli.main", "simulate", "--preset", "pr7435",
          "--no-save", "--no-progress", "--workers", "2", "--no-ray"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, start_new_session=True)
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, start_new_session=True,
+        # A terminal's foreground job starts with Ctrl-C at its default action; a test
+        # runner started in the background (``nohup ... &``) ignores SIGINT, and an ignored
+        # SIGINT is inherited across exec, where Python honours it and never interrupts.
+        preexec_fn=_sigint_at_default)
     try:
         time.sleep(3)  # the pool is up and simulating
         os.killpg(proc.pid, signal.SIGINT)
