@@ -7,7 +7,10 @@ Theory of operation
 GRPO samples each prompt ``n`` times; verl sends the samples as new conversations whose
 prompts share the prompt's token ids. :func:`grpo_rollout` builds such a batch in a seeded
 interleaved order, and :func:`drive_rollout` sends it through a router with bounded
-concurrency, recording which backend served each request and when.
+concurrency, recording which backend served each request and when. Several ``rounds``
+are sent one after another, as a trainer's steps are: one batch is a small sample of
+where the timing of a few requests lets plain placement keep a group on one replica,
+and successive batches share no prompt.
 
 :func:`predicted_hits` replays that record into one :class:`affinity_sim.kvcache.KvPool`
 per backend -- the simulator's model of a replica's prefix cache (siblings share the
@@ -22,6 +25,7 @@ from __future__ import annotations
 import asyncio
 import random
 import time
+from collections.abc import Awaitable, Callable
 
 import aiohttp
 import attrs
@@ -29,7 +33,7 @@ import attrs
 __all__ = ["GROUPS", "MAX_TOKENS", "PREFIX", "SIBLINGS", "SUFFIX", "Served", "drive_rollout",
            "grpo_rollout", "predicted_hits"]
 
-GROUPS, SIBLINGS, PREFIX, SUFFIX = 6, 4, 512, 8
+GROUPS, SIBLINGS, PREFIX, SUFFIX = 12, 4, 512, 8
 MAX_TOKENS = 16
 
 
@@ -59,14 +63,21 @@ def grpo_rollout(label: str) -> list[tuple[int, int, list[int]]]:
     return requests
 
 
-async def drive_rollout(router_url: str, label: str, concurrency: int = 4) -> list[Served]:
-    """Send :func:`grpo_rollout` (``label``) to ``router_url``, ``concurrency`` at a time;
-    every request must succeed."""
+async def drive_rollout(router_url: str, label: str, concurrency: int = 4,
+                        rounds: int = 1,
+                        before_each: Callable[[], Awaitable[None]] | None = None
+                        ) -> list[Served]:
+    """Send ``rounds`` batches of :func:`grpo_rollout` to ``router_url``, each after the
+    one before has ended, ``concurrency`` requests at a time; every request must succeed.
+    Round ``k``'s groups are numbered ``k * GROUPS`` and up. ``before_each`` is awaited
+    before each request is sent (one at a time: the router has released the last one)."""
     gate = asyncio.Semaphore(concurrency)
 
     async def ask(client: aiohttp.ClientSession, group: int, sibling: int,
                   ids: list[int]) -> Served:
         async with gate:
+            if before_each is not None:
+                await before_each()
             started = time.monotonic()
             headers = {"x-session-id": f"{label}-g{group}-s{sibling}"}
             body = {"model": "tiny", "prompt": ids, "max_tokens": MAX_TOKENS,
@@ -78,9 +89,13 @@ async def drive_rollout(router_url: str, label: str, concurrency: int = 4) -> li
                 return Served(group, sibling, resp.headers["x-affinity-backend"], started,
                               time.monotonic())
 
+    served: list[Served] = []
     async with aiohttp.ClientSession() as client:
-        return list(await asyncio.gather(*(ask(client, *request)
-                                           for request in grpo_rollout(label))))
+        for round_ in range(rounds):
+            batch = grpo_rollout(label if rounds == 1 else f"{label}:{round_}")
+            served += await asyncio.gather(*(ask(client, round_ * GROUPS + group, sibling, ids)
+                                             for group, sibling, ids in batch))
+    return served
 
 
 def predicted_hits(served: list[Served], block: int, capacity: int) -> int:
