@@ -146,13 +146,18 @@ def test_the_registered_predictions_are_well_formed() -> None:
     prefix = load_claims(
         (studies / "prefix-placement-prediction.toml").read_text(encoding="utf-8"))
     index = load_claims((studies / "prefix-index-prediction.toml").read_text(encoding="utf-8"))
-    every = claims + groups + prefix + index
+    index_pr = load_claims(
+        (studies / "prefix-index-prscale-prediction.toml").read_text(encoding="utf-8"))
+    every = claims + groups + prefix + index + index_pr
     assert {c.row for c in every} == {claim_row(row) for row in ROW_POLICIES}
     assert {c.row for c in groups} == {"#6122", "group pins with a band"}
     assert {c.row for c in prefix} == {"prefix placement in the band",
                                        "group pins and prefix placement in the band"}
-    assert {c.row for c in index} == {"prefix placement in the band, adapters' index",
-                                      "both together, adapters' index"}
+    for file_claims in (index, index_pr):
+        assert {c.row for c in file_claims} == {"prefix placement in the band, adapters' index",
+                                                "both together, adapters' index"}
+    assert {c.scale for c in index} == {"calibrated"} and {c.scale for c in index_pr} == {
+        "pr-scale"}
     # a claim's policy is a row's, or one the prefix run adds beside its row's
     for claim in every:
         assert claim.policy in (None, *ROW_POLICIES.values(), "prefix-p1-margin-2"), claim
