@@ -113,7 +113,7 @@ CATALOGUE: tuple[SourceMutant, ...] = (
     _m("previous_always", "machine.py",
        "previous = pinned if lookup is _HIT_BREAK or lookup is _HIT_REMOVED else None",
        "previous = pinned", "previous reported on kept hits too",
-       equivalent="since commit 4865101 a kept hit (and a first placement without eviction) "
+       equivalent="a kept hit (and a first placement without eviction) "
        "returns its shared outcome before this line; every path that still reaches it has "
        "pinned = None unless it is broken or reselected, where previous = pinned anyway"),
     _m("broken_counted_kept", "machine.py", "\n            broken += 1", "\n            kept += 1",
