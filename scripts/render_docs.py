@@ -480,7 +480,8 @@ def _band(table: str, name: str, policy: str = "band-m1-T8192-cap4") -> Callable
 VERL_ROUTING_PREDICTIONS = {"": "verl-routing-prediction.toml",
                             "-groups": "group-pins-prediction.toml",
                             "-prefix": "prefix-placement-prediction.toml",
-                            "-prefix-index": "prefix-index-prediction.toml"}
+                            "-prefix-index": "prefix-index-prediction.toml",
+                            "-prefix-index-prscale": "prefix-index-prscale-prediction.toml"}
 
 
 @cache
@@ -498,6 +499,7 @@ def _verl_routing() -> tuple[dict[str, Any], dict[str, list[Any]]]:
                                                               _sim("context-band-prscale"))),
         ("verl-routing-groups-prscale", _sim("verl-routing-groups-prscale")),
         ("verl-routing-prefix-prscale", _sim("verl-routing-prefix-prscale")),
+        ("verl-routing-prefix-index-prscale", _sim("verl-routing-prefix-index-prscale")),
     ])
     records = {
         "calibrated": calibrated,
@@ -536,6 +538,8 @@ VERL_ROUTING_RUNS = (
     ("verl-routing-prscale", "PR #7435's scale"),
     ("verl-routing-groups-prscale", "group pins at PR #7435's scale"),
     ("verl-routing-prefix-prscale", "prefix placement at PR #7435's scale"),
+    ("verl-routing-prefix-index-prscale",
+     "prefix placement fed the adapters' index at PR #7435's scale"),
 )
 
 
