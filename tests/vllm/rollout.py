@@ -8,9 +8,9 @@ GRPO samples each prompt ``n`` times; verl sends the samples as new conversation
 prompts share the prompt's token ids. :func:`grpo_rollout` builds such a batch in a seeded
 interleaved order, and :func:`drive_rollout` sends it through a router with bounded
 concurrency, recording which backend served each request and when. Several ``rounds``
-are sent one after another, as a trainer's steps are: one batch is a small sample of
-where the timing of a few requests lets plain placement keep a group on one replica,
-and successive batches share no prompt.
+are sent one after another, as a trainer's steps are, and share no prompt; a
+``before_each`` hook lets a caller send one request at a time with the router idle, so
+that no decision depends on timing.
 
 :func:`predicted_hits` replays that record into one :class:`affinity_sim.kvcache.KvPool`
 per backend -- the simulator's model of a replica's prefix cache (siblings share the
