@@ -31,14 +31,26 @@ carry no validators, so it only skips attrs' ``__init__`` indirection.
 
 from __future__ import annotations
 
+from typing import Final
+
 from affinity_core.events import Acquire, Release
 from affinity_core.outcomes import Acquired, Path
 
 __all__ = ["acquire_event", "acquired", "release_event"]
 
+# Final aliases: the compiled build keeps each in a C static and calls it directly, where
+# ``object.__new__(Acquire)`` is a builtins lookup, a globals lookup and a method lookup
+# by name on every event, and ``value.isascii()`` a method lookup by name.
+_NEW: Final = object.__new__
+_ACQUIRE: Final = Acquire
+_RELEASE: Final = Release
+_ACQUIRED: Final = Acquired
+_IS_ASCII: Final = str.isascii
+_NO_PREFIX: Final[object] = ()
+
 
 def _plain_id(value: object) -> bool:
-    return type(value) is str and value != "" and value.isascii()
+    return type(value) is str and value != "" and _IS_ASCII(value)
 
 
 def _plain_count(value: object) -> bool:
@@ -53,8 +65,10 @@ def acquire_event(request_id: object, tie_draw: object = 0, request_hash: object
             and (request_hash is None or type(request_hash) is int)
             and (context_tokens is None or _plain_count(context_tokens))
             and (group_id is None or _plain_id(group_id))
-            and cached_prefix == ()):  # an estimate goes through the validating converter
-        event = object.__new__(Acquire)
+            # No estimate (the default, by identity); an estimate, even an empty one of
+            # another type, goes through the validating converter.
+            and cached_prefix is _NO_PREFIX):
+        event = _NEW(_ACQUIRE)
         object.__setattr__(event, "request_id", request_id)
         object.__setattr__(event, "tie_draw", tie_draw)
         object.__setattr__(event, "request_hash", request_hash)
@@ -70,7 +84,7 @@ def acquire_event(request_id: object, tie_draw: object = 0, request_hash: object
 def release_event(server_id: object, request_id: object = None) -> Release:
     """``Release(server_id=..., request_id=...)``, positionally."""
     if _plain_id(server_id) and (request_id is None or _plain_id(request_id)):
-        event = object.__new__(Release)
+        event = _NEW(_RELEASE)
         object.__setattr__(event, "server_id", server_id)
         object.__setattr__(event, "request_id", request_id)
         return event
@@ -81,7 +95,7 @@ def acquired(server_id: str, path: Path, previous: str | None = None,
              evicted: str | None = None, evicted_group: str | None = None) -> Acquired:
     """``Acquired(server_id, path, previous, evicted, evicted_group)`` without attrs'
     ``__init__``."""
-    outcome = object.__new__(Acquired)
+    outcome = _NEW(_ACQUIRED)
     object.__setattr__(outcome, "server_id", server_id)
     object.__setattr__(outcome, "path", path)
     object.__setattr__(outcome, "previous", previous)

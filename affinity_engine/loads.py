@@ -34,7 +34,7 @@ All loads are Python ints; there are no floats anywhere in a routing decision.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Any, final
+from typing import Any, Final, final
 
 from immutables import Map
 
@@ -42,9 +42,11 @@ from .values import Value, register
 
 __all__ = ["FANOUT", "LoadTable"]
 
-FANOUT = 32
-_BITS = 5
-_MASK = FANOUT - 1
+# Final: the compiled build inlines them as constants instead of reading the module's
+# globals on every level of every walk.
+FANOUT: Final = 32
+_BITS: Final = 5
+_MASK: Final = FANOUT - 1
 
 # Leaf: (min, count_at_min, max, loads).
 # Internal: (min, count_at_min, max, children, child_mins, child_counts, child_maxes).

@@ -530,10 +530,12 @@ TRANSITIONS: Final[dict[type[Any], _Handler]] = {  # Final as ACQUIRE_RULES
     ObserveLoads: _observe,
 }
 
-# The machine's own handlers as constants, to recognise them in the table without a
-# globals lookup per step.
+# The machine's own handlers and their event types as constants, to recognise them in
+# the table without a globals lookup per step.
 _ACQUIRE_HANDLER: Final[_Handler] = _acquire
 _RELEASE_HANDLER: Final[_Handler] = _release
+_ACQUIRE_EVENT: Final = Acquire
+_RELEASE_EVENT: Final = Release
 
 
 def step(config: Config, state: State, event: Event) -> Transition:
@@ -542,9 +544,9 @@ def step(config: Config, state: State, event: Event) -> Transition:
     # The table is read on every step (the proofs patch it); when it holds the machine's
     # own acquire or release, that handler is called directly -- a native call in the
     # compiled build instead of a call through a Python function object.
-    if handler is _ACQUIRE_HANDLER and isinstance(event, Acquire):
+    if handler is _ACQUIRE_HANDLER and isinstance(event, _ACQUIRE_EVENT):
         return _acquire(config, state, event)
-    if handler is _RELEASE_HANDLER and isinstance(event, Release):
+    if handler is _RELEASE_HANDLER and isinstance(event, _RELEASE_EVENT):
         return _release(config, state, event)
     if handler is None:
         raise TypeError(f"not an affinity_engine event: {event!r}")

@@ -62,8 +62,8 @@ OPERATOR_SET: tuple[SourceMutant, ...] = (
        "external = external.set(sid, extra) if extra else (",
        "external = external.set(sid, extra) if True else (", "zero external entries stored"),
     _m("operator_step_ignores_table", "machine.py",
-       "if handler is _ACQUIRE_HANDLER and isinstance(event, Acquire):",
-       "if isinstance(event, Acquire):", "step bypasses the (patched) transition table"),
+       "if handler is _ACQUIRE_HANDLER and isinstance(event, _ACQUIRE_EVENT):",
+       "if isinstance(event, _ACQUIRE_EVENT):", "step bypasses the (patched) transition table"),
     # loads.py
     _m("operator_bump_count_ge1", "loads.py", "if delta == 1 and (old != low or count > 1):",
        "if delta == 1 and (old != low or count >= 1):", "unique minimum moving up not rescanned"),
