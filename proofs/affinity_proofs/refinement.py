@@ -452,6 +452,28 @@ def _old_version_keeps_evicted() -> AbstractContextManager[None]:
     return _patched(lru_mod.StickyLru, "_own", own)
 
 
+def _owned_table(undo_in: Callable[[list[Any]], Any]) -> AbstractContextManager[None]:
+    """A flat load table's ``_own`` that undoes its records in the order ``undo_in`` gives."""
+    def own(self: Any) -> Any:
+        store = self.flat
+        loads = list(store.loads)
+        for _, position, old in undo_in(store.undo[self.version - store.base:]):
+            loads[position] = old
+        mine = loads_mod._Flat(loads, self.version)
+        object.__setattr__(self, "flat", mine)
+        return mine
+
+    return _patched(loads_mod.LoadTable, "_own", own)
+
+
+def _old_table_reads_newest() -> AbstractContextManager[None]:
+    return _owned_table(lambda records: [])  # nothing undone: the newest loads
+
+
+def _old_table_undoes_oldest_first() -> AbstractContextManager[None]:
+    return _owned_table(list)  # a position written twice keeps its middle value
+
+
 def _max_of_first_child() -> AbstractContextManager[None]:
     original = loads_mod._summarise
 
@@ -547,6 +569,12 @@ ENGINE_MUTANTS = (
     EngineMutant("engine_old_version_keeps_evicted",
                  "sticky log: an old version re-derived from its log revives evicted keys",
                  _old_version_keeps_evicted),
+    EngineMutant("engine_old_table_reads_newest",
+                 "load table: an old flat version reads the newest loads (nothing undone)",
+                 _old_table_reads_newest),
+    EngineMutant("engine_old_table_undoes_oldest_first",
+                 "load table: an old flat version undoes its writes oldest first",
+                 _old_table_undoes_oldest_first),
     EngineMutant("engine_max_of_first_child",
                  "load table: an internal node's maximum is its first child's",
                  _max_of_first_child),

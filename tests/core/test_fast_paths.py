@@ -194,8 +194,11 @@ def test_native_values_behave_as_the_attrs_classes_they_replace(value: Value) ->
     fields = {n: getattr(value, n) for n in names}
     twin_cls = attrs.make_class(cls.__name__, list(names), frozen=True)
     twin = twin_cls(**fields)
-    if isinstance(value, StickyLru):  # its fields are a representation: repr shows entries
+    # Their fields are a representation (a shared log or store): repr shows the entries.
+    if isinstance(value, StickyLru):
         assert repr(value) == f"StickyLru(capacity={value.capacity!r}, items={value.items()!r})"
+    elif isinstance(value, LoadTable):
+        assert repr(value) == f"LoadTable(items={value.items()!r}, total={value.total!r})"
     else:
         assert repr(value) == repr(twin)
     copy = cls(**fields)

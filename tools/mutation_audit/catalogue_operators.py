@@ -67,7 +67,9 @@ OPERATOR_SET: tuple[SourceMutant, ...] = (
     # loads.py
     _m("operator_bump_count_ge1", "loads.py", "if delta == 1 and (old != low or count > 1):",
        "if delta == 1 and (old != low or count >= 1):", "unique minimum moving up not rescanned"),
-    _m("operator_bump_new_le", "loads.py", "if new < low:", "if new <= low:",
+    _m("operator_bump_new_le", "loads.py",
+       "if new < low:\n            return (new, 1, high, changed)",
+       "if new <= low:\n            return (new, 1, high, changed)",
        "joining the minimum resets its count to 1"),
     _m("operator_summarise_skip_first", "loads.py", "for i in range(len(mins)):",
        "for i in range(1, len(mins)):", "internal summary skips its first child"),
