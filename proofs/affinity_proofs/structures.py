@@ -3,8 +3,9 @@
 Theory of operation
 -------------------
 ``LoadTable`` answers min, max, tie count and "k-th least-loaded in pool order" from a
-32-ary tree of summaries, whose shape changes at 32 and 1024 entries (one leaf, one
-internal level, two), so a check at three servers says nothing about 33. ``StickyLru``
+flat list written in place with an undo log up to 32 entries, and beyond from a 32-ary
+tree of summaries whose shape changes again at 1024 (one internal level, two), so a
+check at three servers says nothing about 33. ``StickyLru``
 keeps a write log shared between versions and compacts it when it exceeds ``2 x size +
 32`` records, so small capacities compact often and large ones rarely. This module
 drives each structure through a seeded sequence of operations at sizes on both sides of
@@ -15,7 +16,9 @@ after **every** operation, each query with its plain definition over a list:
   ``min_load``, ``max_load``, ``tie_count`` (= how many loads equal the minimum),
   ``least_loaded(k)`` (= the k-th position at the minimum, pool order) for the first,
   middle and last k, and ``load`` of the server just changed. Loads are drawn mostly from
-  0..3, so the minimum is tied across leaves, with jumps up to 10^6.
+  0..3, so the minimum is tied across leaves, with jumps up to 10^6. Old versions are
+  kept, re-checked and branched from, as for the sticky map (flat tables share one
+  store between versions).
 * ``StickyLru`` (capacities 1, 2, 3, 32, 33, 1024, 1025): the recency order ``items``
   (R-LRU-3, oldest first), ``len``, ``peek``, ``evicts_on_put`` and the bound (R-LRU-5)
   against a plain list with the R-LRU-1..4 rules; the keys come from a set of
@@ -34,6 +37,8 @@ from __future__ import annotations
 
 import random
 import time
+from collections.abc import Callable
+from typing import Generic, TypeVar
 
 import attrs
 
@@ -52,6 +57,37 @@ class StructureResult:
     operations: int
     seconds: float
     failure: str | None
+
+
+_S = TypeVar("_S")
+_P = TypeVar("_P")
+
+
+class _Versions(Generic[_S, _P]):
+    """The persistence schedule both checks share: every 5th state is kept with a copy of
+    its plain twin, every 16th step one kept state is re-checked (``changed`` says how it
+    differs, or None), and 1 in 20 steps the run continues from a kept state."""
+
+    def __init__(self, branch_rng: random.Random,
+                 changed: Callable[[_S, list[_P]], str | None]) -> None:
+        self.rng = branch_rng
+        self.changed = changed
+        self.kept: list[tuple[_S, list[_P]]] = []
+
+    def visit(self, step: int, state: _S, plain: list[_P]
+              ) -> tuple[_S, list[_P], str | None]:
+        """The state and plain twin to continue from, and a kept state's difference."""
+        if step % 5 == 0:
+            self.kept = [*self.kept[-15:], (state, list(plain))]
+        if step % 16 == 15:
+            old, old_plain = self.rng.choice(self.kept)
+            problem = self.changed(old, old_plain)
+            if problem:
+                return state, plain, problem
+        if self.rng.random() < 0.05:
+            old, old_plain = self.rng.choice(self.kept)
+            return old, list(old_plain), None
+        return state, plain, None
 
 
 def _load(rng: random.Random) -> int:
@@ -74,9 +110,15 @@ def _table_mismatch(table: LoadTable, servers: list[str], plain: list[int]) -> s
 
 
 def check_load_table(n: int, operations: int, seed: int) -> str | None:
-    """None, or the first operation after which the table disagrees with the plain list."""
+    """None, or the first operation after which the table disagrees with the plain list.
+
+    Persistence as in :func:`check_lru`: every 5th table is kept with a copy of its loads,
+    every 16th step one kept table must still equal its loads, and 1 in 20 steps the run
+    continues from a kept table."""
     rng = random.Random(seed * 7919 + n)
     servers = [f"s{i}" for i in range(n)]
+    versions: _Versions[LoadTable, int] = _Versions(  # a separate rng: rng's sequence stays
+        random.Random(seed * 104729 + n), lambda old, loads: _table_mismatch(old, servers, loads))
     plain = [_load(rng) for _ in range(n)]
     table = LoadTable.build(zip(servers, plain, strict=True))
     problem = _table_mismatch(table, servers, plain)
@@ -86,6 +128,9 @@ def check_load_table(n: int, operations: int, seed: int) -> str | None:
     if problem:
         return f"N={n}, after build: {problem}"
     for step in range(operations):
+        table, plain, problem = versions.visit(step, table, plain)
+        if problem:
+            return f"N={n}, step {step}, an old version changed: {problem}"
         i = rng.randrange(n)
         if rng.random() < 0.7:  # acquire / release
             delta = 1 if plain[i] == 0 or rng.random() < 0.5 else -1
@@ -119,22 +164,16 @@ def check_lru(capacity: int, operations: int, seed: int) -> str | None:
     steps) the run continues from a kept state, so writes to old versions (which share
     their log with newer ones) are exercised as the model checkers use them."""
     rng = random.Random(seed * 104729 + capacity)
-    branch_rng = random.Random(seed * 7919 + capacity)  # leaves rng's sequence as before
+    versions: _Versions[StickyLru, tuple[str, str]] = _Versions(  # rng's sequence stays
+        random.Random(seed * 7919 + capacity),
+        lambda old, entries: _lru_mismatch(old, entries, capacity))
     keys = [f"r{i}" for i in range(capacity + 2)]
     lru = StickyLru(capacity)
     plain: list[tuple[str, str]] = []  # (key, server), oldest first
-    kept: list[tuple[StickyLru, list[tuple[str, str]]]] = []
     for step in range(operations):
-        if step % 5 == 0:
-            kept = [*kept[-15:], (lru, list(plain))]
-        if step % 16 == 15:
-            old, old_plain = branch_rng.choice(kept)
-            problem = _lru_mismatch(old, old_plain, capacity)
-            if problem:
-                return f"capacity {capacity}, step {step}, an old version changed: {problem}"
-        if branch_rng.random() < 0.05:
-            old, old_plain = branch_rng.choice(kept)
-            lru, plain = old, list(old_plain)
+        lru, plain, problem = versions.visit(step, lru, plain)
+        if problem:
+            return f"capacity {capacity}, step {step}, an old version changed: {problem}"
         key, server, op = rng.choice(keys), f"s{rng.randrange(4)}", rng.random()
         where = {k: j for j, (k, _) in enumerate(plain)}
         if op < 0.5:  # a write (R-LRU-3)

@@ -189,7 +189,12 @@ CATALOGUE: tuple[SourceMutant, ...] = (
        "            if old == low:\n                ties -= 0",
        "flat: an acquire off a shared minimum leaves the tie count"),
     _m("flat_compaction_base_zero", "loads.py", "store = _Flat(list(loads), version)",
-       "store = _Flat(list(loads), 0)", "flat: a compacted store numbers its versions from 0"),
+       "store = _Flat(list(loads), 0)", "flat: a compacted store numbers its versions from 0",
+       equivalent="the compacted store's tip then fails the tip test (0 + 0 records is not "
+       "its version), so it is read as an old version: _own copies the store's loads and "
+       "undoes nothing (the new store has no records), which are exactly the tip's loads, "
+       "and a write from that frozen copy goes to a new store numbered correctly. Slower "
+       "until the next write, never different"),
     _m("flat_kth_skips_two", "loads.py",
        "            if k == 0:\n                return slot\n            k -= 1",
        "            if k == 0:\n                return slot\n            k -= 2",
