@@ -21,7 +21,7 @@ import pickle
 import random
 import sys
 import threading
-from typing import Any
+from typing import Any, cast
 
 import pytest
 
@@ -211,7 +211,8 @@ def test_a_writer_that_loses_the_claim_redoes_its_write(first: str, second: str)
     its append: ``first`` must see its claim fail and redo its write on a private copy;
     both results and the shared version must be as if each had run alone."""
     version = _racing_version("undo")
-    undo = version.flat.undo  # type: ignore[union-attr]
+    assert version.flat is not None
+    undo = cast(_RacingList, version.flat.undo)
     seconds: list[LoadTable] = []
     undo.on_race = lambda: seconds.append(version.add_load(*WRITES[second]))
     undo.race.append(1)
@@ -230,7 +231,8 @@ def test_a_reader_that_races_a_writer_rereads(second: str) -> None:
     check: the reader must notice and answer for its own version, not the writer's."""
     for sid in _servers(4):
         version = _racing_version("loads")
-        loads = version.flat.loads  # type: ignore[union-attr]
+        assert version.flat is not None
+        loads = cast(_RacingList, version.flat.loads)
         loads.on_race = lambda v=version: v.add_load(*WRITES[second])
         loads.race.append(1)
         assert version.load(sid) == BASE[int(sid[1:])]
