@@ -215,7 +215,8 @@ class _Flat:
 
 
 def _flat_summary(loads: list[int]) -> tuple[int, int, int]:
-    """``(min, count at the min, max)`` of a non-empty list, in one typed pass."""
+    """``(min, count at the min, max)`` of a non-empty list, in one typed pass: :func:`_leaf`'s
+    loop over a flat table's list (typed apart, so each stays a C loop when compiled)."""
     low = high = loads[0]
     count = 0
     for load in loads:

@@ -17,14 +17,14 @@ from __future__ import annotations
 
 import pickle
 import random
-import sys
-import threading
 from typing import Any
 
 import pytest
 
 from affinity_engine import BUILD, StickyLru
 from affinity_engine.values import evolve
+
+from .threads import run_switching
 
 Plain = list[tuple[str, str]]
 
@@ -245,16 +245,7 @@ def test_threads_sharing_one_version_each_get_their_own_result() -> None:
             if bases[-1].items() != tuple(base_ref.items):
                 failures.append(f"thread {seed}: the shared version changed")
 
-    before = sys.getswitchinterval()
-    sys.setswitchinterval(1e-6)  # switch threads as often as CPython allows
-    try:
-        threads = [threading.Thread(target=worker, args=(seed,)) for seed in range(4)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
-    finally:
-        sys.setswitchinterval(before)
+    run_switching(worker)
     assert failures == []
 
 
