@@ -63,6 +63,7 @@ from .codec import (
     state_from_json,
     state_to_json,
 )
+from .cursor import Cursor, KeyedBalancer
 from .leases import LeaseBook
 from .loads import LoadTable
 from .lru import StickyLru
@@ -85,12 +86,14 @@ __all__ = [
     "CodecError",
     "Config",
     "ConfigError",
+    "Cursor",
     "DualThreshold",
     "Event",
     "EventError",
     "GroupPins",
     "GroupStickiness",
     "HashMode",
+    "KeyedBalancer",
     "LeaseBook",
     "LoadTable",
     "LoadsObserved",

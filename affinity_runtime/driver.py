@@ -12,10 +12,12 @@ router's ``affinity_vllm.routing.RoutingTable`` and the simulator's
 verl's return values and error texts, the router's counters and views, the simulator's
 tallies.
 
-* **State.** :attr:`RoutingDriver.state` is the only copy. Every change is one event
-  through :meth:`~RoutingDriver.apply`. Each user calls from one thread (a Ray actor runs
-  one call at a time, the router runs on its event loop, the simulator is a loop), and
-  ``step`` neither blocks nor yields, so no lock is needed.
+* **State.** :attr:`RoutingDriver.state` is the only copy, held in the engine's
+  :class:`~affinity_engine.cursor.Cursor` (:attr:`RoutingDriver.cursor`), which the
+  compiled build compiles. Every change is one event through :meth:`~RoutingDriver.apply`.
+  Each user calls from one thread (a Ray actor runs one call at a time, the router runs
+  on its event loop, the simulator is a loop), and ``step`` neither blocks nor yields, so
+  no lock is needed.
 * **Acquire events.** :meth:`~RoutingDriver.acquire` builds ``Acquire(request_id,
   tie_draw, request_hash, context_tokens, group_id, cached_prefix)`` with the engine's
   fast builder. It
@@ -34,8 +36,8 @@ tallies.
   mirrors verl 0.9.1's ``random.choice``, and the router and the simulator pass their
   own seeded sources, so their runs stay reproducible per seed.
 * **Releases.** A release without a request id is one ``Release(server_id)`` value per
-  active server, built once and reused (events are values). The cache holds only servers
-  that were in the pool and forgets a server when it is removed.
+  active server, built once and reused by the cursor (events are values). The cache holds
+  only servers that were in the pool and forgets a server when it is removed.
 * **Leases.** :meth:`~RoutingDriver.lease` wraps an acquire in a :class:`Lease` and
   :meth:`~RoutingDriver.end` releases it at most once. A second end is a no-op here
   rather than an undercount in the core. :attr:`~RoutingDriver.held` counts the leases
@@ -55,9 +57,12 @@ tallies.
   the dead run's requests in flight are released as abandoned, and the pool is brought
   to the configured servers. Each of these is a logged event with its reason.
 * **Hot path.** Without a log, an acquire whose event is the request id alone (no draw,
-  no hash, no context) and a release without a request id step the core inline, not
-  through :meth:`~RoutingDriver.apply`. ``tests/verl/test_verl_fast_path.py`` checks that
-  the inline path equals the general one.
+  no hash, no context) and a release without a request id are the cursor's compiled
+  :meth:`~affinity_engine.cursor.Cursor.acquire_keyed` and
+  :meth:`~affinity_engine.cursor.Cursor.release`, not :meth:`~RoutingDriver.apply`;
+  :attr:`~RoutingDriver.plain` says when. verl's adapter then routes through
+  :class:`~affinity_engine.cursor.KeyedBalancer` on the same cursor.
+  ``tests/verl/test_verl_fast_path.py`` checks that the inline path equals the general one.
 """
 
 from __future__ import annotations
@@ -82,7 +87,6 @@ from affinity_engine import (
     Outcome,
     PoolChanged,
     Rejected,
-    Release,
     Released,
     RemoveServers,
     State,
@@ -96,6 +100,7 @@ from affinity_engine import (
     status,
     step,
 )
+from affinity_engine.cursor import Cursor
 
 from .decision_log import DecisionLogWriter
 from .warm_start import ABANDONED, start_log
@@ -163,7 +168,8 @@ class RoutingDriver:
                  request_hash: RequestHash = stable_hash) -> None:
         pool = tuple(servers)
         self.config = config
-        self.state: State = initial_state(config, pool)
+        # The state lives in the engine's cursor, whose hot operations are compiled.
+        self.cursor = Cursor(config, initial_state(config, pool))
         self._draw = draw
         self._hash = request_hash
         self._needs_hash = needs_request_hash(config)
@@ -171,7 +177,6 @@ class RoutingDriver:
         self._prefix = config.prefix_placement  # whether its cached_prefix is read
         self._log: DecisionLogWriter | None = None
         self._required = False
-        self._releases: dict[str, Release] = {}
         # Leases held per server, counted by the driver (servers that left the pool
         # included); a server's entry stays at 0 once it has been seen.
         self.held: dict[str, int] = dict.fromkeys(pool, 0)
@@ -180,6 +185,23 @@ class RoutingDriver:
         self._plain_release = True
         self._plain_acquire = not (config.context_band or self._needs_hash
                                    or needs_draw(config, _KEYED))
+
+    @property
+    def state(self) -> State:
+        """The current core state (the cursor's)."""
+        return self.cursor.state
+
+    @state.setter
+    def state(self, state: State) -> None:
+        self.cursor.state = state
+
+    @property
+    def plain(self) -> bool:
+        """Whether a keyed acquire is the request id alone and nothing is logged, so the
+        cursor's :meth:`~affinity_engine.cursor.Cursor.acquire_keyed` and
+        :meth:`~affinity_engine.cursor.Cursor.release` are the whole of an acquire and a
+        release without a request id."""
+        return self._plain_acquire and self._plain_release
 
     # ------------------------------------------------------------------ the log
     def attach_log(self, writer: DecisionLogWriter, *, configured: Iterable[str],
@@ -235,9 +257,7 @@ class RoutingDriver:
         take; the state is then as before."""
         log = self._log
         if log is None:
-            transition = step(self.config, self.state, event)
-            self.state = transition.state
-            return transition.outcome
+            return self.cursor.apply(event)
         required = self._required and isinstance(event, Acquire)
         if required and not log.ready(self.config, self.state):
             raise DecisionLogUnavailable(log.problem)
@@ -292,25 +312,16 @@ class RoutingDriver:
         balancer (an ``Acquired`` or a ``Rejected``; typed wide, because
         narrowing with ``cast`` is a call per request)."""
         if self._plain_acquire:
-            transition = step(self.config, self.state, acquire_event(request_id))
-            self.state = transition.state  # a rejection may still drop a stale pin
-            return transition.outcome
+            return self.cursor.acquire_keyed(request_id)
         return self._acquire_event(request_id, None)
 
     def release(self, server_id: str, request_id: str | None = None) -> Released:
         """End one request on ``server_id`` (``request_id`` for lease accounting)."""
         if request_id is None and type(server_id) is str:
-            event = self._releases.get(server_id)
-            if event is None:
-                event = release_event(server_id)
-                if server_id in self.state.pool:  # bounded by the pool, emptied on removal
-                    self._releases[server_id] = event
             if self._plain_release:
-                transition = step(self.config, self.state, event)
-                self.state = transition.state
                 # A release's outcome is a Released; ``cast`` would be a call per request.
-                return transition.outcome  # type: ignore[return-value]
-            return cast(Released, self.apply(event))
+                return self.cursor.release(server_id)  # type: ignore[return-value]
+            return cast(Released, self.apply(self.cursor.release_of(server_id)))
         return cast(Released, self.apply(release_event(server_id, request_id)))
 
     def lease(self, request_id: str | None, context_tokens: int | None = None,
@@ -346,8 +357,7 @@ class RoutingDriver:
         ids = list(server_ids)
         outcome = self.apply(RemoveServers(server_ids=ids), reason)
         assert isinstance(outcome, PoolChanged), outcome
-        for server_id in ids:
-            self._releases.pop(server_id, None)
+        self.cursor.forget(ids)
         return outcome
 
     def observe(self, observed: Iterable[tuple[str, int]]) -> LoadsObserved:

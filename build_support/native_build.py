@@ -46,7 +46,7 @@ NATIVE = f"{PACKAGE}._native"
 # native value base they all derive from. config and codec keep attrs.field() validators
 # and converters, which mypyc cannot compile in native classes, and are not on the hot
 # path; they stay source in both builds.
-MODULES = ("builders", "leases", "loads", "lru", "machine", "policy",
+MODULES = ("builders", "cursor", "leases", "loads", "lru", "machine", "policy",
            "state", "values")
 PLACEHOLDER = Extension(f"{NATIVE}.placeholder", sources=[])
 HERE = Path(__file__).resolve().parent

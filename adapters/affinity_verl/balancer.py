@@ -90,6 +90,7 @@ from affinity_engine import (
     Rejected,
     RejectReason,
 )
+from affinity_engine.cursor import KeyedBalancer
 from affinity_runtime.decision_log import DecisionLogWriter
 from affinity_runtime.driver import DecisionLogUnavailable, RoutingDriver, seeded_draw
 from affinity_runtime.prefix_index import PrefixIndex, chain_of_ids
@@ -191,6 +192,18 @@ class AffinityLoadBalancer:
         self._acquire = driver.acquire
         self._acquire_keyed = driver.acquire_keyed
         self._release = driver.release
+        cls = type(self)
+        if (driver.plain and not (self._band or self._groups or self._prefix is not None)
+                and cls.acquire_server is AffinityLoadBalancer.acquire_server
+                and cls.release_server is AffinityLoadBalancer.release_server):
+            # An acquire is the request id alone and nothing is logged: verl's two calls
+            # are the engine's compiled KeyedBalancer on the driver's own cursor, which
+            # does what the two methods below do in this configuration, without their
+            # interpreted frames (tests/verl/test_verl_fast_path.py checks the two agree).
+            # A subclass that overrides either keeps its own.
+            keyed = KeyedBalancer(driver.cursor, handles, self._acquire_failed)
+            self.acquire_server = keyed.acquire_server  # type: ignore[method-assign]
+            self.release_server = keyed.release_server  # type: ignore[method-assign]
 
     # ------------------------------------------------------- RequestLoadBalancer
     def acquire_server(self, request_id: str, request_group_id: str | None = None,

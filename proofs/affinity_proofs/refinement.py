@@ -65,10 +65,12 @@ from affinity_core import (
     RemoveServers,
 )
 from affinity_engine.abstraction import to_reference
+from affinity_engine.cursor import Cursor, KeyedBalancer
 
-__all__ = ["ENGINE_MUTANTS", "EngineMutant", "builders_agree", "compare", "refinement_run",
-           "vector_traces", "wide_traces"]
+__all__ = ["ENGINE_MUTANTS", "EngineMutant", "builders_agree", "compare",
+           "keyed_paths_agree", "refinement_run", "run_trace", "vector_traces", "wide_traces"]
 
+cursor_mod = importlib.import_module("affinity_engine.cursor")
 loads_mod = importlib.import_module("affinity_engine.loads")
 lru_mod = importlib.import_module("affinity_engine.lru")
 machine_mod = importlib.import_module("affinity_engine.machine")
@@ -76,17 +78,27 @@ machine_mod = importlib.import_module("affinity_engine.machine")
 Trace = tuple[Config, tuple[str, ...], tuple[Event, ...]]
 
 
+EngineStep = Callable[[Event], tuple[affinity_engine.Outcome, affinity_engine.State]]
+
+
 def compare(config: Config, engine_state: affinity_engine.State,
-            reference_state: affinity_core.State, event: Event
+            reference_state: affinity_core.State, event: Event,
+            engine_step: EngineStep | None = None,
             ) -> tuple[str | None, affinity_engine.State, affinity_core.State]:
-    """One edge: a description of the first disagreement (or None) and both successors."""
+    """One edge: a description of the first disagreement (or None) and both successors.
+    ``engine_step`` steps the engine from ``engine_state`` (default: ``step``; the trace
+    runner passes a :class:`~affinity_engine.cursor.Cursor` holding that state)."""
     if isinstance(event, Acquire):
         engine_allowed = affinity_engine.allowed(config, engine_state, event)
         reference_allowed = affinity_core.allowed(config, reference_state, event)
         if engine_allowed != reference_allowed:
             return (f"allowed: engine {sorted(engine_allowed)}, reference "
                     f"{sorted(reference_allowed)}"), engine_state, reference_state
-    engine = affinity_engine.step(config, engine_state, event)
+    if engine_step is None:
+        engine = affinity_engine.step(config, engine_state, event)
+    else:
+        outcome, successor = engine_step(event)
+        engine = affinity_engine.Transition(successor, outcome)
     reference = affinity_core.step(config, reference_state, event)
     if engine.outcome != reference.outcome:
         return (f"outcome: engine {engine.outcome!r}, reference {reference.outcome!r}",
@@ -282,14 +294,31 @@ def vector_traces() -> list[tuple[Config, affinity_engine.State, tuple[Event, ..
 
 def run_trace(config: Config, start: affinity_engine.State, events: tuple[Event, ...],
               branch_every: int = 7) -> str | None:
-    """Step both packages along ``events``; every ``branch_every`` steps, also step an
-    earlier engine state again (persistence). The first disagreement, or None."""
+    """Step both packages along ``events``, the engine through a
+    :class:`~affinity_engine.cursor.Cursor` (a release without a request id through its
+    cached :meth:`~affinity_engine.cursor.Cursor.release`). Every ``branch_every`` steps,
+    also step an earlier engine state again (persistence), and check the cursor's keyed
+    operations and :class:`~affinity_engine.cursor.KeyedBalancer` against ``step`` on
+    the current state (:func:`keyed_paths_agree`). The first disagreement, or None."""
+    cursor = Cursor(config, start)
     engine_state, reference_state = start, to_reference(start)
     history: list[tuple[affinity_engine.State, affinity_core.State]] = []
+
+    def through_cursor(event: Event) -> tuple[affinity_engine.Outcome, affinity_engine.State]:
+        if (isinstance(event, Release) and event.request_id is None
+                and type(event.server_id) is str):
+            return cursor.release(event.server_id), cursor.state
+        return cursor.apply(event), cursor.state
+
     for index, event in enumerate(events):
         history.append((engine_state, reference_state))
+        if index % branch_every == 3:
+            problem = keyed_paths_agree(config, engine_state, event, face=index % 2 == 0)
+            if problem is not None:
+                return f"step {index}, keyed path of {event!r}: {problem}"
         problem, engine_state, reference_state = compare(config, engine_state,
-                                                         reference_state, event)
+                                                         reference_state, event,
+                                                         through_cursor)
         if problem is not None:
             return f"step {index} {event!r}: {problem}"
         if index % branch_every == branch_every - 1:
@@ -297,6 +326,53 @@ def run_trace(config: Config, start: affinity_engine.State, events: tuple[Event,
             problem, _, _ = compare(config, old_engine, old_reference, event)
             if problem is not None:
                 return f"step {index}, branched from an old state, {event!r}: {problem}"
+    return None
+
+
+def keyed_paths_agree(config: Config, state: affinity_engine.State, event: Event,
+                      face: bool) -> str | None:
+    """The hot paths of :mod:`affinity_engine.cursor` from ``state``, for the id of an
+    ``Acquire`` or the fields of a ``Release`` in ``event`` (other events: nothing to
+    check), against ``step`` of the event they stand for: equal outcomes (a
+    :class:`~affinity_engine.cursor.KeyedBalancer` returns ``(server, handle)`` or hands
+    the outcome to ``refused``) and equal successor states. ``face`` picks the balancer
+    over the bare cursor."""
+    cursor = Cursor(config, state)
+    handles = {server: ("handle", server) for server in state.pool.servers}
+    refused: list[affinity_engine.Outcome] = []
+    balancer = KeyedBalancer(cursor, handles, lambda _rid, outcome: refused.append(outcome))
+    if isinstance(event, Acquire) and isinstance(event.request_id, str):
+        rid = event.request_id
+        want = affinity_engine.step(config, state, affinity_engine.acquire_event(rid))
+        if face:
+            pair = balancer.acquire_server(rid)
+            served = want.outcome
+            if isinstance(served, affinity_engine.Acquired):
+                expected: object = (served.server_id, ("handle", served.server_id))
+                if pair != expected or refused:
+                    return f"acquire_server({rid!r}) = {pair!r}, step gives {served!r}"
+            elif refused != [served]:
+                return f"acquire_server({rid!r}) refused {refused!r}, step gives {served!r}"
+        else:
+            got = cursor.acquire_keyed(rid)
+            if got != want.outcome:
+                return f"acquire_keyed({rid!r}) = {got!r}, step gives {want.outcome!r}"
+    elif isinstance(event, Release):
+        server, request = event.server_id, event.request_id
+        want = affinity_engine.step(config, state,
+                                    affinity_engine.release_event(server, request))
+        if face:
+            balancer.release_server(server, request)
+        elif request is None:
+            got = cursor.release(server)
+            if got != want.outcome:
+                return f"release({server!r}) = {got!r}, step gives {want.outcome!r}"
+        else:
+            return None
+    else:
+        return None
+    if cursor.state != want.state:
+        return f"successor: {_short(cursor.state)}, step gives {_short(want.state)}"
     return None
 
 
@@ -474,6 +550,27 @@ def _old_table_undoes_oldest_first() -> AbstractContextManager[None]:
     return _owned_table(list)  # a position written twice keeps its middle value
 
 
+def _cursor_release_keeps_state() -> AbstractContextManager[None]:
+    def release(self: Any, server_id: str) -> Any:
+        return machine_mod.step(self.config, self.state, self.release_of(server_id)).outcome
+
+    return _patched(cursor_mod.Cursor, "release", release)
+
+
+def _cursor_keyed_draws_one() -> AbstractContextManager[None]:
+    def acquire_keyed(self: Any, request_id: str) -> Any:
+        return self.apply(affinity_engine.acquire_event(request_id, 1))
+
+    return _patched(cursor_mod.Cursor, "acquire_keyed", acquire_keyed)
+
+
+def _keyed_release_drops_request_id() -> AbstractContextManager[None]:
+    def release_server(self: Any, server_id: str, request_id: object = None) -> None:
+        self._cursor.release(server_id)
+
+    return _patched(cursor_mod.KeyedBalancer, "release_server", release_server)
+
+
 def _max_of_first_child() -> AbstractContextManager[None]:
     original = loads_mod._summarise
 
@@ -575,6 +672,15 @@ ENGINE_MUTANTS = (
     EngineMutant("engine_old_table_undoes_oldest_first",
                  "load table: an old flat version undoes its writes oldest first",
                  _old_table_undoes_oldest_first),
+    EngineMutant("engine_cursor_release_keeps_state",
+                 "cursor: a cached release returns its outcome but keeps the old state",
+                 _cursor_release_keeps_state, ("plain",)),
+    EngineMutant("engine_cursor_keyed_draws_one",
+                 "cursor: a keyed acquire's event carries a tie draw of 1, not 0",
+                 _cursor_keyed_draws_one, ("plain",)),
+    EngineMutant("engine_keyed_release_drops_request_id",
+                 "keyed balancer: release_server drops the request id it was given",
+                 _keyed_release_drops_request_id, ("plain",)),
     EngineMutant("engine_max_of_first_child",
                  "load table: an internal node's maximum is its first child's",
                  _max_of_first_child),

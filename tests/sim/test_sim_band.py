@@ -87,7 +87,7 @@ def test_every_acquire_carries_the_turns_prompt_length(monkeypatch: pytest.Monke
             seen.append((event.request_id, event.context_tokens))
         return step(config, state, event)
 
-    monkeypatch.setattr("affinity_runtime.driver.step", recording_step)
+    monkeypatch.setattr("affinity_engine.cursor.step", recording_step)
     workload = tiny_workload()
     simulate_step(workload, parse_policy("band-m1-T50-cap3"), seed=4)
     expected: dict[str, list[int]] = {}

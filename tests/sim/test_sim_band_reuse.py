@@ -49,7 +49,7 @@ def _sent_contexts(monkeypatch: pytest.MonkeyPatch, policy: str, **changes: obje
             seen.append((event.request_id, event.context_tokens))
         return step(config, state, event)
 
-    monkeypatch.setattr("affinity_runtime.driver.step", recording_step)
+    monkeypatch.setattr("affinity_engine.cursor.step", recording_step)
     simulate_step(tiny_workload(**changes), parse_policy(policy), seed=3)
     return seen
 

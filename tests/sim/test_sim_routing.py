@@ -93,7 +93,7 @@ def test_every_routing_decision_is_a_core_step(monkeypatch: pytest.MonkeyPatch) 
         calls.append(type(event).__name__)
         return step(config, state, event)
 
-    monkeypatch.setattr("affinity_runtime.driver.step", counting_step)
+    monkeypatch.setattr("affinity_engine.cursor.step", counting_step)
     workload = tiny_workload()
     result = simulate_step(workload, parse_policy("margin-1"), seed=3)
     acquires = calls.count("Acquire")

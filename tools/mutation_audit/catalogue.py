@@ -601,6 +601,24 @@ CATALOGUE: tuple[SourceMutant, ...] = (
        "return self._values() != other._values()",
        "return self._values() == other._values()",
        "!= on values inverted"),
+    # cursor.py
+    _m("cursor_apply_keeps_state", "cursor.py",
+       "transition = step(self.config, self.state, event)\n        self.state = transition.state\n",
+       "transition = step(self.config, self.state, event)\n",
+       "cursor: apply returns the outcome and keeps the old state"),
+    _m("cursor_keyed_rejection_keeps_state", "cursor.py",
+       "        self.state = transition.state  # a rejection may still drop a stale pin",
+       "        if type(transition.outcome) is _ACQUIRED:\n"
+       "            self.state = transition.state  # a rejection may still drop a stale pin",
+       "cursor: a rejected keyed acquire keeps the stale pin it dropped"),
+    _m("keyed_release_ignores_request_id", "cursor.py",
+       "        if request_id is None and type(server_id) is str:\n            self._cursor",
+       "        if type(server_id) is str:\n            self._cursor",
+       "keyed balancer: a release with a request id takes the cached path"),
+    _m("keyed_acquire_no_handle", "cursor.py",
+       "return server_id, self._handles.get(server_id)",
+       "return server_id, None",
+       "keyed balancer: the acquired server's handle is not returned"),
 
 )
 
