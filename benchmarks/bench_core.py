@@ -17,7 +17,9 @@ same process, so they see the same requests in the same order:
   ``acquire_event`` / ``release_event`` (the same validation as the keyword constructors,
   which cost ~0.4 us more per pair in the compiled build, called from Python);
 * ``adapter``: ``AffinityLoadBalancer(affinity_break_margin=2, tie_break="first")``, the
-  class verl would run, through its public ``acquire_server`` / ``release_server``;
+  class verl would run, through its public ``acquire_server`` / ``release_server``
+  (here the engine's compiled ``KeyedBalancer``, which the adapter binds in this
+  configuration);
 * ``verl``: verl 0.9.1's ``GlobalRequestLoadBalancer`` as it ships (no margin, seeded
   ``random.choice`` ties), for reference;
 * each implementation releases the server it chose itself.

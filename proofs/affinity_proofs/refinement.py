@@ -564,11 +564,14 @@ def _cursor_keyed_draws_one() -> AbstractContextManager[None]:
     return _patched(cursor_mod.Cursor, "acquire_keyed", acquire_keyed)
 
 
-def _keyed_release_drops_request_id() -> AbstractContextManager[None]:
-    def release_server(self: Any, server_id: str, request_id: object = None) -> None:
-        self._cursor.release(server_id)
+def _keyed_acquire_hands_no_handle() -> AbstractContextManager[None]:
+    original = cursor_mod.KeyedBalancer.acquire_server
 
-    return _patched(cursor_mod.KeyedBalancer, "release_server", release_server)
+    def acquire_server(self: Any, request_id: str, *args: Any, **extra: Any) -> Any:
+        server_id, _ = original(self, request_id, *args, **extra)
+        return server_id, None
+
+    return _patched(cursor_mod.KeyedBalancer, "acquire_server", acquire_server)
 
 
 def _max_of_first_child() -> AbstractContextManager[None]:
@@ -678,9 +681,9 @@ ENGINE_MUTANTS = (
     EngineMutant("engine_cursor_keyed_draws_one",
                  "cursor: a keyed acquire's event carries a tie draw of 1, not 0",
                  _cursor_keyed_draws_one, ("plain",)),
-    EngineMutant("engine_keyed_release_drops_request_id",
-                 "keyed balancer: release_server drops the request id it was given",
-                 _keyed_release_drops_request_id, ("plain",)),
+    EngineMutant("engine_keyed_acquire_hands_no_handle",
+                 "keyed balancer: acquire_server returns the server without its handle",
+                 _keyed_acquire_hands_no_handle, ("plain",)),
     EngineMutant("engine_max_of_first_child",
                  "load table: an internal node's maximum is its first child's",
                  _max_of_first_child),
