@@ -29,6 +29,10 @@ every state pair related by the abstraction and every event, the two ``step`` re
   configured tie-breaks among the best cached are exercised);
 * old states branched from: the trace keeps earlier engine states and steps them again,
   which is the persistence contract of the engine's shared-log sticky map;
+* the runtime's hot paths (:mod:`affinity_engine.cursor`): each trace is stepped through
+  a ``Cursor``, and every seventh step also checks the cursor's keyed acquire and cached
+  release and the ``KeyedBalancer`` (verl's two calls) against ``step`` of the event they
+  stand for (:func:`keyed_paths_agree`);
 * every shipped conformance vector (:func:`vector_traces`);
 * the engine's fast event builders (:mod:`affinity_engine.builders`), on a grid of good
   and bad fields: each builds an equal event of the same class, or raises the
