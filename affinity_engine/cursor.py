@@ -71,8 +71,10 @@ class Cursor:
         self.state = transition.state
         return transition.outcome
 
-    def acquire_keyed(self, request_id: str) -> Outcome:
-        """``apply(acquire_event(request_id))``: an acquire carrying its request id alone."""
+    def acquire_keyed(self, request_id: object) -> Outcome:
+        """``apply(acquire_event(request_id))``: an acquire carrying its request id alone.
+        Typed ``object``, as the builder is: a value that is not a valid id is the
+        builder's to refuse (``EventError``), and ``None`` is an unkeyed acquire."""
         transition = step(self.config, self.state, acquire_event(request_id))
         self.state = transition.state  # a rejection may still drop a stale pin (R-ACQ-6)
         return transition.outcome
@@ -106,12 +108,12 @@ class KeyedBalancer:
     the caller's error for an outcome that is not an ``Acquired``."""
 
     def __init__(self, cursor: Cursor, handles: dict[str, Any],
-                 refused: Callable[[str, Outcome], Any]) -> None:
+                 refused: Callable[[object, Outcome], Any]) -> None:
         self._cursor = cursor
         self._handles = handles
         self._refused = refused
 
-    def acquire_server(self, request_id: str, request_group_id: object = None,
+    def acquire_server(self, request_id: object, request_group_id: object = None,
                        **extra: object) -> tuple[str, Any]:
         outcome = self._cursor.acquire_keyed(request_id)
         if type(outcome) is _ACQUIRED:
@@ -120,7 +122,10 @@ class KeyedBalancer:
         refused: tuple[str, Any] = self._refused(request_id, outcome)
         return refused  # the caller's function raises; never reached in verl's adapter
 
-    def release_server(self, server_id: str, request_id: object = None) -> None:
+    def release_server(self, server_id: object, request_id: object = None) -> None:
+        # Arguments are typed ``object`` so that the compiled build hands a malformed
+        # value to the builders' own refusal, as the adapter's methods do, instead of
+        # raising mypyc's TypeError at the call.
         if request_id is None and type(server_id) is str:
             self._cursor.release(server_id)
         else:

@@ -295,7 +295,9 @@ class RoutingDriver:
         """An acquire with its draw, hash, context, group and estimate, through
         :meth:`apply`."""
         draw = 0
-        if needs_draw(self.config, request_id):
+        # Whether the id is present, not the id itself: a malformed one is the builder's
+        # to refuse below (EventError), in the compiled build as in the pure one.
+        if needs_draw(self.config, None if request_id is None else _KEYED):
             pool = self.state.pool
             draw = self._draw(PREFIX_DRAWS if self._prefix
                               else pool.tie_count if len(pool) else 0)

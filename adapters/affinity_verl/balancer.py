@@ -273,7 +273,7 @@ class AffinityLoadBalancer:
         return outcome
 
     @staticmethod
-    def _acquire_failed(request_id: str, outcome: Outcome) -> NoReturn:
+    def _acquire_failed(request_id: object, outcome: Outcome) -> NoReturn:
         assert isinstance(outcome, Rejected)
         if outcome.reason is RejectReason.NO_SERVERS:
             raise RuntimeError(NO_SERVERS_MESSAGE)
