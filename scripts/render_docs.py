@@ -414,6 +414,26 @@ def bench_router_overhead() -> str:
     return "\n".join(lines)
 
 
+def bench_router_overhead_runs() -> str:
+    """Every ``--overhead-only`` run of one session (``bench_router_overhead_runs.json``):
+    the spread that one run's medians hide."""
+    record = _json("benchmarks/results/bench_router_overhead_runs.json")
+    lines = [f"Every run of {record['recorded']} "
+             "(`benchmarks/results/bench_router_overhead_runs.json`), in order: Affinity "
+             "margin=2 against vllm-router sticky_least_loaded in the same run.", "",
+             "| Run | Build | Overhead, 1 client | Req/s, 64 clients | Router CPU per request "
+             "| Load average |",
+             "|---|---|---|---|---|---|"]
+    for number, run in enumerate(record["runs"], 1):
+        ratios = run["ratios"]
+        build = run["affinity_build"].split(" ")[0]
+        mark = " (the record above)" if run["recorded"] else ""
+        lines.append(f"| {number}{mark} | {build} | {ratios['overhead']:.2f}x "
+                     f"| {ratios['requests_per_second']:.2f}x | {ratios['router_cpu']:.2f}x "
+                     f"| {run['load_average_start']:.1f} to {run['load_average_end']:.1f} |")
+    return "\n".join(lines)
+
+
 def bench_compare_routers() -> str:
     """``compare_routers.py``'s table of its last recorded run (the script writes it
     beside its JSON record)."""
@@ -619,6 +639,7 @@ RENDERERS: dict[str, Callable[[], str]] = {
     "bench.lru": bench_lru_table,
     "bench.router": bench_router_table,
     "bench.router-overhead": bench_router_overhead,
+    "bench.router-overhead-runs": bench_router_overhead_runs,
     "bench.compare-routers": bench_compare_routers,
     "sim.margin2-at-pr-scale": sim_margin2_at_pr_scale,
     **{f"sim.prscale.{t}": _prscale(t) for t in (
