@@ -544,7 +544,8 @@ def stub_phases(contenders: list[Contender], stubs: list[str], venv: Path,
         row: dict[str, Any] = {
             "name": name, "overhead_ms": 1000 * one, "overhead_concurrent_ms": 1000 * many,
             "requests_per_second": rate, "router_cpu_us": 1e6 * cpu_each,
-            "load_average": load}
+            "load_average": load,
+            "rounds_requests_per_second": [round(r[2]) for r in figures[name]]}
         if reference is not None:
             row["ratios"] = {"overhead": one / reference[0],
                              "overhead_concurrent": many / reference[1],
@@ -573,6 +574,43 @@ def stub_phases(contenders: list[Contender], stubs: list[str], venv: Path,
             "throughput_requests": args.throughput_requests, "cpus": os.cpu_count(),
             "python": platform.python_version(), "load_average_start": load_start,
             "load_average_end": os.getloadavg()[0], "rows": rows_out}
+
+
+def append_run(path: Path, record: dict[str, Any]) -> int:
+    """Append this run's summary (the first Affinity row against the vllm-router row) to
+    the log of every recorded run, so the record's spread stays visible beside it; the
+    last entry is the record. Returns the run's number (0: no vllm-router row, nothing
+    appended)."""
+    rows = [r for r in record["rows"] if "ratios" in r]
+    reference = next((r for r in rows if r["name"].startswith("vllm-router")), None)
+    ours = next((r for r in rows if r["name"].startswith("Affinity")), None)
+    if reference is None or ours is None:
+        return 0
+    log: dict[str, Any] = (json.loads(path.read_text()) if path.exists() else {
+        "what": "Every recorded bench_router.py --overhead-only run, in order (the last is "
+                "the committed record, bench_router_overhead.json): the first Affinity "
+                "row's ratios to the first vllm-router row in the same run, each a median "
+                "of its rounds. Compiled: the engine from build_support/native_build.py "
+                "on PYTHONPATH or a wheel; pure: an editable checkout.",
+        "command": "python benchmarks/bench_router.py --overhead-only --only "
+                   "\"Affinity margin=2\" --only \"vllm-router sticky_least_loaded\"",
+        "runs": []})
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
+                            text=True, cwd=ROOT).stdout.strip() or None
+    log["runs"].append({
+        "when": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "commit": commit,
+        "affinity": ours["name"], "reference": reference["name"],
+        "affinity_build": record["affinity_build"],
+        "throughput_requests": record["throughput_requests"],
+        "load_average_start": round(record["load_average_start"], 2),
+        "load_average_end": round(record["load_average_end"], 2),
+        "ratios": {k: round(v, 3) for k, v in ours["ratios"].items()},
+        "requests_per_second": round(ours["requests_per_second"]),
+        "reference_requests_per_second": round(reference["requests_per_second"]),
+        "rounds_requests_per_second": ours["rounds_requests_per_second"],
+        "reference_rounds_requests_per_second": reference["rounds_requests_per_second"]})
+    path.write_text(json.dumps(log, indent=1) + "\n")
+    return len(log["runs"])
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -604,7 +642,11 @@ def main(argv: list[str] | None = None) -> int:
                         help="workload runs per contender, interleaved (median makespan)")
     parser.add_argument("--overhead-pairs", type=int, default=300)
     parser.add_argument("--throughput-clients", type=int, default=64)
-    parser.add_argument("--throughput-requests", type=int, default=4096)
+    parser.add_argument("--throughput-requests", type=int, default=16384,
+                        help="requests timed in each throughput phase, after 2 per client "
+                        "of warm-up; the default takes seconds per router on 2 cores, long "
+                        "enough for the scheduler's placement of client, router and stubs "
+                        "to average out (a 1 s phase did not)")
     parser.add_argument("--overhead-rounds", type=int, default=3,
                         help="with --overhead-only: rounds over all contenders (medians)")
     args = parser.parse_args(argv)
@@ -625,7 +667,8 @@ def main(argv: list[str] | None = None) -> int:
             args.out.mkdir(parents=True, exist_ok=True)
             path = args.out / "bench_router_overhead.json"
             path.write_text(json.dumps(record, indent=2) + "\n")
-            print(f"wrote {path}")
+            runs = append_run(args.out / "bench_router_overhead_runs.json", record)
+            print(f"wrote {path}; run {runs} in {args.out / 'bench_router_overhead_runs.json'}")
         return 0
     python = vllm_python()
     args.out.mkdir(parents=True, exist_ok=True)

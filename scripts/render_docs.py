@@ -397,7 +397,8 @@ def bench_router_overhead() -> str:
              f"{record['python']}; affinity_engine {record['affinity_build']}; load "
              f"average {record['load_average_start']:.1f} at the "
              f"start, {record['load_average_end']:.1f} at the end; "
-             "`benchmarks/results/bench_router_overhead.json`); in brackets, the ratio to "
+             "`benchmarks/results/bench_router_overhead.json`); each throughput phase "
+             f"timed {record['throughput_requests']:,} requests; in brackets, the ratio to "
              "vllm-router in the same run.", "",
              f"| Router | Overhead, 1 client | Overhead, {record['concurrency']} clients | "
              f"Req/s, {record['throughput_clients']} clients | Router CPU per request |",
@@ -415,20 +416,23 @@ def bench_router_overhead() -> str:
 
 
 def bench_router_overhead_runs() -> str:
-    """Every ``--overhead-only`` run of one session (``bench_router_overhead_runs.json``):
-    the spread that one run's medians hide."""
+    """Every recorded ``--overhead-only`` run (``bench_router_overhead_runs.json``, which
+    the script appends to): the spread that one run's medians hide."""
     record = _json("benchmarks/results/bench_router_overhead_runs.json")
-    lines = [f"Every run of {record['recorded']} "
-             "(`benchmarks/results/bench_router_overhead_runs.json`), in order: Affinity "
-             "margin=2 against vllm-router sticky_least_loaded in the same run.", "",
-             "| Run | Build | Overhead, 1 client | Req/s, 64 clients | Router CPU per request "
-             "| Load average |",
-             "|---|---|---|---|---|---|"]
-    for number, run in enumerate(record["runs"], 1):
+    runs = record["runs"]
+    lines = ["Every recorded run, in order "
+             "(`benchmarks/results/bench_router_overhead_runs.json`; the script appends "
+             "each run to it): Affinity margin=2 against vllm-router sticky_least_loaded "
+             "in the same run, 2-core machine, no other job running.", "",
+             "| Run | When | Build | Requests timed | Overhead, 1 client | Req/s, 64 clients "
+             "| Router CPU per request | Load average |",
+             "|---|---|---|---|---|---|---|---|"]
+    for number, run in enumerate(runs, 1):
         ratios = run["ratios"]
         build = run["affinity_build"].split(" ")[0]
-        mark = " (the record above)" if run["recorded"] else ""
-        lines.append(f"| {number}{mark} | {build} | {ratios['overhead']:.2f}x "
+        mark = " (the record above)" if number == len(runs) else ""
+        lines.append(f"| {number}{mark} | {run['when']} | {build} "
+                     f"| {run['throughput_requests']:,} | {ratios['overhead']:.2f}x "
                      f"| {ratios['requests_per_second']:.2f}x | {ratios['router_cpu']:.2f}x "
                      f"| {run['load_average_start']:.1f} to {run['load_average_end']:.1f} |")
     return "\n".join(lines)
