@@ -274,7 +274,7 @@ class Router:
             self.metrics.backend_error(sid, "health")
         others = any(s != sid for s in self.table.active)
         self._pool_change(sid, self.health[sid].probe(passed, time.monotonic(), others),
-                          "health check")
+                          "failed health checks")
 
     def _pool_change(self, sid: str, change: PoolChange, why: str) -> None:
         if change is PoolChange.ADD and sid in self.admin_out:
@@ -284,8 +284,8 @@ class Router:
             state = self.health[sid]
             log.warning("backend %s out of the pool (%s; %s, back-off %.1f s)", sid, why,
                         state.state.value, state.backoff())
-        elif change is PoolChange.ADD and self.table.add(sid, "health: check passed"):
-            log.info("backend %s back in the pool (health check passed)", sid)
+        elif change is PoolChange.ADD and self.table.add(sid, "health: checks passed"):
+            log.info("backend %s back in the pool (health checks passed)", sid)
 
     def _refused(self, status: int) -> None:
         self.metrics.requests.inc("unmatched", str(status))

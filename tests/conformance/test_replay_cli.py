@@ -395,6 +395,30 @@ def test_a_warm_restart_after_a_crash_joins_and_exits_0(tmp_path: Path) -> None:
     assert replay(str(old)).returncode == 2  # alone, the cut line is still reported
 
 
+def test_wall_clock_times_are_ignored_by_replay(good_log: Path, tmp_path: Path) -> None:
+    """``ts`` is the writer's wall clock (SPEC §16, decision log): a clock that jumps
+    back, stands still or is missing changes no verdict. The control rewrites a decided
+    field the same way, and the same replay refutes it."""
+    def rewrite(field: str, values: list[object]) -> list[str]:
+        lines = _lines(good_log)
+        for number, value in zip(range(1, len(lines)), values, strict=False):
+            record = json.loads(lines[number])
+            assert field in record, record
+            if value is None:
+                del record[field]
+            else:
+                record[field] = value
+            lines[number] = json.dumps(record, sort_keys=True, separators=(",", ":")) + "\n"
+        return lines
+
+    clocks: list[object] = [10**12, 0, -5, 0, None, 1, 2**62, 3, 3, None, 7, 0]
+    done = replay(str(_write(tmp_path / "clock.ndjson", rewrite("ts", clocks))))
+    assert done.returncode == 0, done.stderr
+    seqs: list[object] = [0, 2, 1]  # the same rewrite of a field replay checks
+    control = replay(str(_write(tmp_path / "seq.ndjson", rewrite("seq", seqs))))
+    assert control.returncode == 1, control.stdout
+
+
 def test_a_warm_restart_that_does_not_continue_its_run_is_a_divergence(
         tmp_path: Path) -> None:
     old, new = _warm_restart_set(tmp_path)

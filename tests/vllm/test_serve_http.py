@@ -26,12 +26,14 @@ import json
 import os
 import re
 import resource
+import signal
 import socket
 import subprocess
 import sys
 import time
 import urllib.request
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -40,7 +42,9 @@ from affinity_vllm.options import RouterOptions
 from affinity_vllm.rogue_backend import RogueBackend
 from affinity_vllm.router import Router
 
-from .fleet import fleet, raw_exchange, run, settle, status_and_json, wait_until
+from affinity_conformance.decision_log import read_log
+
+from .fleet import assert_replays, fleet, raw_exchange, run, settle, status_and_json, wait_until
 
 
 @contextlib.asynccontextmanager
@@ -371,7 +375,7 @@ def test_backend_response_headers_are_bounded() -> None:
 
 
 # ------------------------------------------------------------------- health
-def test_health_checks_count_in_runs_and_never_empty_the_pool() -> None:
+def test_health_checks_count_in_runs_and_never_empty_the_pool(tmp_path: Path) -> None:
     health = BackendHealth(HealthPolicy())  # vllm-router's 3 and 2
     assert [health.probe(False, 1.0) for _ in range(2)] == [PoolChange.NONE] * 2
     assert health.probe(False, 1.0, others_routable=False) is PoolChange.NONE  # the last
@@ -381,8 +385,10 @@ def test_health_checks_count_in_runs_and_never_empty_the_pool() -> None:
     assert health.probe(True, 3.0) is PoolChange.NONE
     assert health.probe(True, 4.0) is PoolChange.ADD
 
+    log = tmp_path / "decisions.jsonl"
+
     async def scenario() -> None:
-        async with fleet(2, health_timeout=0.1) as f:
+        async with fleet(2, health_timeout=0.1, decision_log=str(log)) as f:
             both = f.router.table.servers
             for stub in f.stubs:  # a shared stall of both backends
                 await stub.set_fault("hang")
@@ -402,6 +408,12 @@ def test_health_checks_count_in_runs_and_never_empty_the_pool() -> None:
             await f.router.monitor.check_health()
             assert sorted(f.router.table.active) == sorted(both)
     run(scenario())
+    # Each pool change the checks made is in the decision log with its cause.
+    changes = [(r.data["event"]["op"], r.data.get("reason")) for r in read_log(log)
+               if not r.is_header and r.data["event"]["op"] in ("add_servers", "remove_servers")]
+    assert changes == [("remove_servers", "health: failed health checks"),
+                       ("add_servers", "health: checks passed")], changes
+    assert_replays(log)
 
 
 def test_health_is_not_ok_before_the_first_round() -> None:
@@ -483,6 +495,81 @@ def test_sigterm_drain_tells_keep_alive_clients_to_go_and_resets_none() -> None:
             with pytest.raises(OSError):  # no longer accepting
                 await asyncio.open_connection("127.0.0.1", port)
     run(scenario())
+
+
+async def _loop_until_told(port: int) -> str:
+    """One keep-alive client looping keyed POSTs: how its connection ended. ``closed``:
+    a complete response said ``Connection: close`` and EOF followed; ``cut``: the
+    connection ended without one (a reset, or EOF inside or instead of a response)."""
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    try:
+        for i in range(400):
+            writer.write(_post(f"s{i}").replace(b"x-request-tag", b"x-session-id"))
+            status, head, _ = await asyncio.wait_for(_read_response(reader), 20)
+            assert status == 200, head
+            if b"connection: close" in head.lower():
+                return "closed" if await reader.read() == b"" else "bytes after close"
+        return "never told"
+    except (ConnectionResetError, BrokenPipeError, asyncio.IncompleteReadError):
+        return "cut"
+    finally:
+        writer.close()
+
+
+def _signal_under_keep_alive_load(sig: signal.Signals) -> tuple[list[str], int | None, str]:
+    """``affinity serve`` as its own process in front of a stub that takes 50 ms per
+    request; 8 keep-alive clients loop POSTs; ``sig`` arrives while all 8 are in flight.
+    Returns each client's ending, the router's exit code and its output."""
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    stub = subprocess.Popen([sys.executable, "-m", "affinity_vllm.stub", "--delay", "0.05"],
+                            stdout=subprocess.PIPE, text=True, env=env, start_new_session=True)
+    router: subprocess.Popen[str] | None = None
+    try:
+        assert stub.stdout is not None
+        stub_port = int(stub.stdout.readline().split()[1])
+        router = subprocess.Popen(
+            [sys.executable, "-m", "affinity_cli.main", "serve", "--port", "0",
+             "--backend", f"http://127.0.0.1:{stub_port}", "--shutdown-grace", "10",
+             "--health-interval", "60"],
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
+            start_new_session=True)
+        assert router.stdout is not None
+        line = router.stdout.readline()
+        assert "listening on" in line, line
+        port = int(re.findall(r":(\d+) ", line)[0])
+        proc = router
+
+        async def scenario() -> list[str]:
+            clients = [asyncio.create_task(_loop_until_told(port)) for _ in range(8)]
+            await asyncio.sleep(1.0)  # every client is mid-loop: one request in flight each
+            proc.send_signal(sig)
+            return list(await asyncio.gather(*clients))
+
+        endings = run(scenario())
+        output, _ = router.communicate(timeout=20)
+        return endings, router.returncode, output
+    finally:
+        for each in (router, stub):
+            if each is not None and each.poll() is None:
+                os.killpg(each.pid, signal.SIGKILL)
+                each.wait(timeout=10)
+
+
+def test_a_real_sigterm_resets_no_keep_alive_client() -> None:
+    """The signal itself, on the command line: every busy keep-alive client is answered,
+    told ``Connection: close`` and closed cleanly; the router exits 0 without a
+    traceback."""
+    endings, code, output = _signal_under_keep_alive_load(signal.SIGTERM)
+    assert endings == ["closed"] * 8, (endings, output)
+    assert code == 0 and "Traceback" not in output, output
+
+
+def test_negative_control_sigkill_cuts_the_same_clients() -> None:
+    """The same load and client check with SIGKILL, which drains nothing: the check
+    above sees the cut connections it exists to catch."""
+    endings, code, _ = _signal_under_keep_alive_load(signal.SIGKILL)
+    assert code == -signal.SIGKILL
+    assert "closed" not in endings and "cut" in endings, endings
 
 
 # ---------------------------------------------------------- smaller gaps
