@@ -3,7 +3,8 @@
 ``async with fleet(2, margin=0) as f`` starts two :class:`StubServer` instances and a
 :class:`Router` on ephemeral loopback ports and stops all of them on exit, also when
 the test fails. :func:`run` executes a test coroutine on a fresh event loop, so tests
-need no asyncio plugin.
+need no asyncio plugin. :func:`serve_process` does the same with both as separate
+processes, for what only a real process shows (signals, exit codes).
 """
 
 from __future__ import annotations
@@ -11,7 +12,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Iterator
 from typing import Any, TypeVar
 
 import aiohttp
@@ -128,6 +133,36 @@ async def fleet(n: int = 2, *, stub: dict[str, Any] | None = None,
             await router.stop()
         for s in stubs:
             await s.stop()
+
+
+@contextlib.contextmanager
+def serve_process(stub_args: list[str], serve_args: list[str]
+                  ) -> Iterator[tuple[subprocess.Popen[str], str]]:
+    """A stub (``python -m affinity_vllm.stub STUB_ARGS``) and ``affinity serve
+    SERVE_ARGS`` in front of it, each its own process group; yields the router's process
+    (stdout and stderr merged, its first line read) and its URL. Both are killed on
+    exit unless they have already ended."""
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    stub = subprocess.Popen([sys.executable, "-m", "affinity_vllm.stub", *stub_args],
+                            stdout=subprocess.PIPE, text=True, env=env, start_new_session=True)
+    router: subprocess.Popen[str] | None = None
+    try:
+        assert stub.stdout is not None
+        port = int(stub.stdout.readline().split()[1])
+        router = subprocess.Popen(
+            [sys.executable, "-m", "affinity_cli.main", "serve", "--port", "0",
+             "--backend", f"http://127.0.0.1:{port}", *serve_args],
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
+            start_new_session=True)
+        assert router.stdout is not None
+        line = router.stdout.readline()
+        assert "listening on" in line, line
+        yield router, line.split("listening on ")[1].split()[0]
+    finally:
+        for proc in (router, stub):
+            if proc is not None and proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait(timeout=10)
 
 
 async def gather_all(*aws: Awaitable[T]) -> list[T]:

@@ -7,18 +7,15 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
 import random
 import signal
-import subprocess
-import sys
 import time
 from pathlib import Path
 
 import aiohttp
 import pytest
 
-from .fleet import Fleet, assert_replays, fleet, run, settle, wait_until
+from .fleet import Fleet, assert_replays, fleet, run, serve_process, settle, wait_until
 
 BODY = {"model": "tiny", "prompt": "hello", "max_tokens": 20}
 
@@ -138,23 +135,8 @@ def test_stop_with_a_hung_backend_cancels_at_the_grace_deadline(
 
 
 def test_sigterm_on_the_command_line_is_bounded_by_shutdown_grace(tmp_path: Path) -> None:
-    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    stub = subprocess.Popen([sys.executable, "-m", "affinity_vllm.stub", "--fault", "hang"],
-                            stdout=subprocess.PIPE, text=True, env=env, start_new_session=True)
-    router = None
-    try:
-        assert stub.stdout is not None
-        port = int(stub.stdout.readline().split()[1])
-        router = subprocess.Popen(
-            [sys.executable, "-m", "affinity_cli.main", "serve", "--port", "0",
-             "--backend", f"http://127.0.0.1:{port}", "--shutdown-grace", "0.5",
-             "--health-interval", "60"],
-            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
-            start_new_session=True)
-        assert router.stdout is not None
-        line = router.stdout.readline()
-        assert "listening on" in line, line
-        url = line.split("listening on ")[1].split()[0]
+    with serve_process(["--fault", "hang"],
+                       ["--shutdown-grace", "0.5", "--health-interval", "60"]) as (router, url):
 
         async def hang_one() -> None:
             async with aiohttp.ClientSession() as client:
@@ -170,8 +152,3 @@ def test_sigterm_on_the_command_line_is_bounded_by_shutdown_grace(tmp_path: Path
         assert time.monotonic() - started < 8.0, output  # grace 0.5 s; slack for load
         assert "grace of 0.5 s over; cancelling 1 open requests" in output, output
         assert "Traceback" not in output, output
-    finally:
-        for proc in (router, stub):
-            if proc is not None and proc.poll() is None:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait(timeout=10)

@@ -44,7 +44,16 @@ from affinity_vllm.router import Router
 
 from affinity_conformance.decision_log import read_log
 
-from .fleet import assert_replays, fleet, raw_exchange, run, settle, status_and_json, wait_until
+from .fleet import (
+    assert_replays,
+    fleet,
+    raw_exchange,
+    run,
+    serve_process,
+    settle,
+    status_and_json,
+    wait_until,
+)
 
 
 @contextlib.asynccontextmanager
@@ -520,39 +529,19 @@ def _signal_under_keep_alive_load(sig: signal.Signals) -> tuple[list[str], int |
     """``affinity serve`` as its own process in front of a stub that takes 50 ms per
     request; 8 keep-alive clients loop POSTs; ``sig`` arrives while all 8 are in flight.
     Returns each client's ending, the router's exit code and its output."""
-    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    stub = subprocess.Popen([sys.executable, "-m", "affinity_vllm.stub", "--delay", "0.05"],
-                            stdout=subprocess.PIPE, text=True, env=env, start_new_session=True)
-    router: subprocess.Popen[str] | None = None
-    try:
-        assert stub.stdout is not None
-        stub_port = int(stub.stdout.readline().split()[1])
-        router = subprocess.Popen(
-            [sys.executable, "-m", "affinity_cli.main", "serve", "--port", "0",
-             "--backend", f"http://127.0.0.1:{stub_port}", "--shutdown-grace", "10",
-             "--health-interval", "60"],
-            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
-            start_new_session=True)
-        assert router.stdout is not None
-        line = router.stdout.readline()
-        assert "listening on" in line, line
-        port = int(re.findall(r":(\d+) ", line)[0])
-        proc = router
+    with serve_process(["--delay", "0.05"],
+                       ["--shutdown-grace", "10", "--health-interval", "60"]) as (router, url):
+        port = int(url.rsplit(":", 1)[1])
 
         async def scenario() -> list[str]:
             clients = [asyncio.create_task(_loop_until_told(port)) for _ in range(8)]
             await asyncio.sleep(1.0)  # every client is mid-loop: one request in flight each
-            proc.send_signal(sig)
+            router.send_signal(sig)
             return list(await asyncio.gather(*clients))
 
         endings = run(scenario())
         output, _ = router.communicate(timeout=20)
         return endings, router.returncode, output
-    finally:
-        for each in (router, stub):
-            if each is not None and each.poll() is None:
-                os.killpg(each.pid, signal.SIGKILL)
-                each.wait(timeout=10)
 
 
 def test_a_real_sigterm_resets_no_keep_alive_client() -> None:
