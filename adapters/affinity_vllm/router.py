@@ -500,13 +500,15 @@ async def serve_forever(options: RouterOptions, ready: Callable[[int], None] | N
                         ) -> None:
     """Run until SIGINT or SIGTERM, then shut down within ``options.shutdown_grace``."""
     router = Router(options)
-    port = await router.start()
-    if ready is not None:
-        ready(port)
+    # The handlers come first: a supervisor may signal as soon as it reads the ready
+    # line, and a signal during the start is a stop once the start is done.
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
+    port = await router.start()
+    if ready is not None:
+        ready(port)
     try:
         await stop.wait()
         log.info("shutdown: signal received; %d requests open, grace %g s",

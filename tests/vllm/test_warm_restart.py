@@ -5,7 +5,8 @@ continues from the log's state: at least 99% of the sticky sessions go to the ba
 they had before the kill (measured; a cold start keeps about a third of them, which the
 negative control checks), the requests the dead process had in flight are released as
 abandoned and logged with that reason, and ``affinity replay`` of the whole log set --
-the crashed run and the runs after it -- exits 0 and counts the runs.
+the crashed run and the runs after it -- exits 0 and counts the runs. Clean restarts
+after a crash never rotate the crash's log away.
 """
 
 from __future__ import annotations
@@ -187,3 +188,53 @@ def test_sigkill_under_load_then_restart_keeps_the_sticky_sessions(tmp_path: Pat
     header = json.loads(files[-2].read_text(encoding="utf-8").split("\n", 1)[0])
     assert header["restart"] == {"mode": "warm", "previous_end": "crash",
                                  "abandoned": abandoned}
+
+
+def _restarts(cluster: Cluster, *, crash: bool) -> list[Path]:
+    """A first router -- SIGKILLed with requests in flight when ``crash``, else stopped
+    cleanly -- then five routers each started and stopped with SIGTERM on the same log,
+    as the deploys after it would, keeping 3 rotated files (the count that once deleted a
+    crash). Returns the log's files, oldest first."""
+    keep = ("--decision-log-keep", "3")
+    first, port, _ = cluster.start_router(*keep)
+    if crash:
+        assert asyncio.run(_load_then_kill(port, first, {})) > 0  # the kill cut requests
+    else:
+        first.send_signal(signal.SIGTERM)
+        assert first.wait(timeout=30) == 0
+    for _ in range(5):
+        router, port, _ = cluster.start_router(*keep)
+        assert all(asyncio.run(_each_session(port, ["after"])).values())
+        router.send_signal(signal.SIGTERM)
+        assert router.wait(timeout=30) == 0
+    return DecisionLogWriter(cluster.log).files()
+
+
+def _previous_end(path: Path) -> object:
+    header = json.loads(path.read_text(encoding="utf-8").split("\n", 1)[0])
+    return header["restart"]["previous_end"] if "restart" in header else None
+
+
+def test_clean_restarts_after_a_crash_keep_the_crash_log(tmp_path: Path) -> None:
+    """Five clean restarts after a crash, with ``--decision-log-keep 3``: the crashed
+    run's file and the restart that records the crash are kept beyond the count, and the
+    whole set replays. The control makes the same restarts after a clean stop: the count
+    then deletes the oldest runs, so the kept crash is the exception. (Its first SIGTERM
+    comes as soon as the ready line is read: a clean stop too, exit 0.)"""
+    cluster = Cluster(tmp_path)
+    try:
+        cluster.start_stubs(1)
+        files = _restarts(cluster, crash=True)
+        # the crash, the restart after it, 3 backups, the live file
+        assert [_previous_end(f) for f in files][:2] == [None, "crash"], files
+        assert len(files) == 6, files
+        done = _replay(*files)
+        assert done.returncode == 0, done.stdout + done.stderr
+        assert "6 run(s)" in done.stdout, done.stdout
+
+        for path in DecisionLogWriter(cluster.log).files():
+            path.unlink()
+        files = _restarts(cluster, crash=False)
+        assert len(files) == 4 and _previous_end(files[0]) == "stop", files
+    finally:
+        cluster.stop_all()
