@@ -576,22 +576,25 @@ def stub_phases(contenders: list[Contender], stubs: list[str], venv: Path,
             "load_average_end": os.getloadavg()[0], "rows": rows_out}
 
 
+RUNS_LOGGED = ("Affinity margin=2", "vllm-router sticky_least_loaded")  # (ours, reference)
+
+
 def append_run(path: Path, record: dict[str, Any]) -> int:
-    """Append this run's summary (the first Affinity row against the vllm-router row) to
-    the log of every recorded run, so the record's spread stays visible beside it; the
-    last entry is the record. Returns the run's number (0: no vllm-router row, nothing
-    appended)."""
-    rows = [r for r in record["rows"] if "ratios" in r]
-    reference = next((r for r in rows if r["name"].startswith("vllm-router")), None)
-    ours = next((r for r in rows if r["name"].startswith("Affinity")), None)
+    """Append this run's summary (:data:`RUNS_LOGGED`: Affinity margin=2 against vllm-router
+    sticky_least_loaded) to the log of every recorded run, so the record's spread stays
+    visible beside it; the last entry is the record. Returns the run's number (0: the run
+    had not both rows, nothing appended)."""
+    rows = {r["name"]: r for r in record["rows"] if "ratios" in r}
+    ours, reference = rows.get(RUNS_LOGGED[0]), rows.get(RUNS_LOGGED[1])
     if reference is None or ours is None:
         return 0
     log: dict[str, Any] = (json.loads(path.read_text()) if path.exists() else {
         "what": "Every recorded bench_router.py --overhead-only run, in order (the last is "
-                "the committed record, bench_router_overhead.json): the first Affinity "
-                "row's ratios to the first vllm-router row in the same run, each a median "
-                "of its rounds. Compiled: the engine from build_support/native_build.py "
-                "on PYTHONPATH or a wheel; pure: an editable checkout.",
+                "the committed record, bench_router_overhead.json): the Affinity margin=2 "
+                "row's ratios to the vllm-router sticky_least_loaded row in the same run, "
+                "each a median of its rounds. Compiled: the engine from "
+                "build_support/native_build.py on PYTHONPATH or a wheel; pure: an editable "
+                "checkout.",
         "command": "python benchmarks/bench_router.py --overhead-only --only "
                    "\"Affinity margin=2\" --only \"vllm-router sticky_least_loaded\"",
         "runs": []})
