@@ -2,11 +2,16 @@
 
 Theory of operation
 -------------------
-The API listens on its own port (``--admin-port``; off by default), never on the
-client-facing one, so exposing the router does not expose its pool. Bound to a loopback
-address it may run without a token; bound anywhere else it needs ``--admin-token-file``
-(the options refuse to start otherwise), and every request must then carry
-``Authorization: Bearer <token>`` (compared in constant time) or get 401.
+The API listens on its own port (``--admin-port``), on a unix socket
+(``--admin-socket``), or both; it is off by default, and never on the client-facing port,
+so exposing the router does not expose its pool. Bound to a loopback address it may run
+without a token; bound anywhere else it needs ``--admin-token-file`` (the options refuse
+to start otherwise), and every request must then carry ``Authorization: Bearer <token>``
+(compared in constant time) or get 401. The socket is created with mode 0600, so the
+file system says who may use it: only the router's own user (the token, when given, is
+checked there too). A stale socket left by a killed router is replaced; any other file at
+the path, or a socket another process still answers on, is refused at start
+(:func:`socket_path_problem`), so the router never deletes what is not its own.
 
 Every change is a core event through :class:`~affinity_vllm.routing.RoutingTable` --
 ``AddServers`` or ``RemoveServers`` -- written to the decision log with the operator's
@@ -39,7 +44,11 @@ import asyncio
 import hmac
 import json
 import logging
+import os
+import socket
+import stat
 import time
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .http1 import IncomingRequest, ServerLimits, error_body
@@ -49,15 +58,47 @@ from .options import OptionsError, normalise_backend_url
 if TYPE_CHECKING:
     from .router import Router
 
-__all__ = ["ADMIN_ROUTES", "MAX_REASON_CHARS", "MAX_WAIT_SECONDS", "AdminApi", "AdminError"]
+__all__ = ["ADMIN_ROUTES", "MAX_REASON_CHARS", "MAX_SOCKET_PATH_BYTES", "MAX_WAIT_SECONDS",
+           "AdminApi", "AdminError", "socket_path_problem"]
 
 log = logging.getLogger("affinity_vllm.admin")
 
 MAX_REASON_CHARS = 200
 MAX_WAIT_SECONDS = 3600.0
+MAX_SOCKET_PATH_BYTES = 107  # Linux's sun_path holds 108 bytes with the terminating NUL
 ADMIN_ROUTES = ("GET /backends", "POST /backends/add", "POST /backends/remove",
                 "POST /backends/drain")
 _JSON = [(b"content-type", b"application/json")]
+
+
+def socket_path_problem(path: str) -> str | None:
+    """Why ``--admin-socket PATH`` cannot be used, or None (then PATH is free, or holds a
+    stale socket that nobody answers on, which the start replaces)."""
+    size = len(os.fsencode(path))
+    if not 1 <= size <= MAX_SOCKET_PATH_BYTES:
+        return (f"--admin-socket {path!r}: a unix socket path takes 1 to "
+                f"{MAX_SOCKET_PATH_BYTES} bytes, got {size}")
+    parent = Path(path).absolute().parent
+    if not parent.is_dir():
+        return (f"--admin-socket {path}: directory {parent} does not exist (create it "
+                "first; the router does not create directories)")
+    try:
+        mode = os.lstat(path).st_mode
+    except FileNotFoundError:
+        return None
+    if not stat.S_ISSOCK(mode):
+        return (f"--admin-socket {path}: a file that is not a socket is there; the router "
+                "does not delete it")
+    probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        probe.settimeout(1.0)
+        probe.connect(path)
+    except OSError:
+        return None  # stale: its router is gone
+    finally:
+        probe.close()
+    return (f"--admin-socket {path}: another process answers on this socket (a second "
+            "router?); stop it or choose another path")
 
 
 class AdminError(Exception):
@@ -80,14 +121,38 @@ class AdminApi:
             body_timeout=options.body_timeout, idle_timeout=options.idle_timeout,
             max_connections=64))
         self.port: int | None = None
+        self.socket_path: str | None = None
+        self._unix_server: HttpServer | None = None
 
     async def start(self, host: str, port: int) -> int:
         self.port = await self.server.start(host, port)
         return self.port
 
+    async def start_unix(self, path: str) -> None:
+        """Listen on the unix socket ``path`` too (checked again here: the check at
+        configuration time may be old)."""
+        problem = socket_path_problem(path)
+        if problem is not None:
+            raise OSError(problem)
+        if os.path.lexists(path):
+            os.unlink(path)  # a stale socket (socket_path_problem said so)
+        limits = self.server.limits
+        self._unix_server = HttpServer(self.handle, limits)
+        await self._unix_server.start_unix(path)
+        self.socket_path = path
+
     def stop(self) -> None:
-        self.server.stop_listening()
-        self.server.abort_all()
+        for server in (self.server, self._unix_server):
+            if server is not None:
+                server.stop_listening()
+                server.abort_all()
+        path, self.socket_path = self.socket_path, None
+        if path is not None:
+            try:
+                if stat.S_ISSOCK(os.lstat(path).st_mode):
+                    os.unlink(path)
+            except OSError:
+                pass  # already gone, or replaced: not ours to delete
 
     # ------------------------------------------------------------------ requests
     async def handle(self, request: IncomingRequest) -> None:

@@ -6,8 +6,9 @@ modules are imported only when the command runs, so ``affinity --help`` stays fa
 
 Exit status: 0 after a clean shutdown (SIGTERM/SIGINT), 1 when the router cannot start
 (the address cannot be bound or resolved, or the decision log is unusable or held by
-another router), 2 bad options (a ``--decision-log`` whose directory does not exist among
-them) -- each with a one-line message and no traceback.
+another router), 2 bad options (among them a ``--decision-log`` whose directory does not
+exist, and an ``--admin-socket`` path that is taken) -- each with a one-line message and
+no traceback.
 """
 
 from __future__ import annotations
@@ -342,6 +343,12 @@ def register(parser: argparse.ArgumentParser) -> None:
     admin.add_argument("--admin-host", default="127.0.0.1",
                        help="address of the pool API; anything but loopback needs "
                        "--admin-token-file (default: %(default)s)")
+    admin.add_argument("--admin-socket", default=None, metavar="PATH",
+                       help="serve the pool API on a unix socket at PATH too (or instead), "
+                       "created with mode 0600 so only this user can use it; PATH's "
+                       "directory must exist, a stale socket there is replaced, and any "
+                       "other file, or a socket another process answers on, is refused "
+                       "at start, exit 2 (default: off)")
     admin.add_argument("--admin-token-file", default=None, metavar="PATH",
                        help="file holding the bearer token the pool API requires "
                        "(Authorization: Bearer TOKEN; at least 16 characters, one line)")
@@ -387,6 +394,7 @@ def options_from_args(args: argparse.Namespace) -> RouterOptions:
         decision_log_keep=args.decision_log_keep,
         decision_log_keep_bytes=args.decision_log_keep_bytes,
         admin_port=args.admin_port, admin_host=args.admin_host,
+        admin_socket=args.admin_socket,
         admin_token=_admin_token(args.admin_token_file), access_log=args.access_log,
     )
 
@@ -436,6 +444,10 @@ def run(args: argparse.Namespace) -> int:
         print(f"affinity serve: {exc}", file=sys.stderr)
         return 2
     problem = decision_log_problem(options.decision_log)
+    if problem is None and options.admin_socket is not None:
+        from .admin import socket_path_problem
+
+        problem = socket_path_problem(options.admin_socket)
     if problem is not None:
         print(f"affinity serve: {problem}", file=sys.stderr)
         return 2

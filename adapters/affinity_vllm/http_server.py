@@ -23,6 +23,7 @@ reports each second spent at the limit the same way.
 from __future__ import annotations
 
 import asyncio
+import os
 from collections.abc import Callable
 from typing import Any
 
@@ -77,11 +78,26 @@ class HttpServer:
         self.loop = asyncio.get_running_loop()
         self._server = await self.loop.create_server(
             lambda: ClientConnection(self), host, port, backlog=1024, reuse_address=True)
+        self._serving()
+        sockets = self._server.sockets
+        return int(sockets[0].getsockname()[1]) if sockets else port
+
+    async def start_unix(self, path: str) -> None:
+        """Listen on a unix socket at ``path``, readable and writable by this user only
+        (created under umask 0o177, so there is no moment when others could connect)."""
+        self.loop = asyncio.get_running_loop()
+        previous = os.umask(0o177)
+        try:
+            self._server = await self.loop.create_unix_server(
+                lambda: ClientConnection(self), path, backlog=1024)
+        finally:
+            os.umask(previous)
+        self._serving()
+
+    def _serving(self) -> None:
         self._sweeper = self.loop.create_task(self._sweep(), name="http-deadlines")
         self._default_handler = self.loop.get_exception_handler()
         self.loop.set_exception_handler(self._loop_exception)
-        sockets = self._server.sockets
-        return int(sockets[0].getsockname()[1]) if sockets else port
 
     def stop_listening(self) -> None:
         if self._server is not None:

@@ -159,6 +159,12 @@ def _optional_access_log(_inst: Any, _attr: Any, value: Any) -> None:
         raise OptionsError(f"access_log must be a file path or '-' (or omitted), got {value!r}")
 
 
+def _optional_socket(_inst: Any, _attr: Any, value: Any) -> None:
+    if value is not None and (not isinstance(value, str) or not value.strip()
+                              or "\x00" in value):
+        raise OptionsError(f"admin_socket must be a file path (or omitted), got {value!r}")
+
+
 def _optional_token(_inst: Any, _attr: Any, value: Any) -> None:
     if value is None:
         return
@@ -267,6 +273,8 @@ class RouterOptions:
         _in_range("admin_port", 0, 65535, True)))
     admin_token: str | None = attrs.field(default=None, repr=False,
                                           validator=_optional_token)
+    # ... and/or a unix socket (mode 0600: the file system says who may use it).
+    admin_socket: str | None = attrs.field(default=None, validator=_optional_socket)
     # One JSON line per request (access_log.py); "-" is stdout.
     access_log: str | None = attrs.field(default=None, validator=_optional_access_log)
 

@@ -172,16 +172,23 @@ class Router:
         # /health says "starting", never ok.
         await self.monitor.check_health()
         self.monitor.start()
-        if self.options.admin_port is not None:
-            self.admin = AdminApi(self, self.options.admin_token)
+        options = self.options
+        if options.admin_port is not None or options.admin_socket is not None:
+            self.admin = AdminApi(self, options.admin_token)
             try:
-                port = await self.admin.start(self.options.admin_host, self.options.admin_port)
+                if options.admin_port is not None:
+                    port = await self.admin.start(options.admin_host, options.admin_port)
+                    log.info("admin API on %s:%d (%s)", options.admin_host, port,
+                             "bearer token required" if options.admin_token
+                             else "no token: loopback only")
+                if options.admin_socket is not None:
+                    await self.admin.start_unix(options.admin_socket)
+                    log.info("admin API on unix socket %s (mode 0600%s)",
+                             options.admin_socket,
+                             "; bearer token required" if options.admin_token else "")
             except OSError:
                 await self.stop()
                 raise
-            log.info("admin API on %s:%d (%s)", self.options.admin_host, port,
-                     "bearer token required" if self.options.admin_token else "no token: "
-                     "loopback only")
         return self.port
 
     def register_backend(self, url: str) -> None:

@@ -1,18 +1,23 @@
 """The run-time pool API of ``affinity serve`` (admin.py): list, add, remove, drain.
 
-Off by default; on its own port; a bearer token beyond loopback (refused to start
-without one). Every change is an AddServers / RemoveServers event in the decision log
-with the operator's reason, and the log replays clean. A drained backend gets no new
-request while the ones running on it finish; health checks never undo an admin removal.
+Off by default; on its own port or a unix socket (mode 0600); a bearer token beyond
+loopback (refused to start without one). Every change is an AddServers / RemoveServers
+event in the decision log with the operator's reason, and the log replays clean. A
+drained backend gets no new request while the ones running on it finish; health checks
+never undo an admin removal.
 """
 
 from __future__ import annotations
 
 import asyncio
+import socket
+import stat
 from pathlib import Path
 from typing import Any
 
+import aiohttp
 import pytest
+from affinity_vllm.admin import MAX_SOCKET_PATH_BYTES, socket_path_problem
 from affinity_vllm.options import OptionsError, RouterOptions
 from affinity_vllm.stub import StubOptions, StubServer
 
@@ -166,3 +171,75 @@ def test_a_token_file_is_read_and_a_missing_one_is_a_clear_error(
                  "--admin-host", "0.0.0.0", "--admin-token-file", str(short)])
     assert code == 2
     assert "admin_token must be at least 16" in capsys.readouterr().err
+
+
+# ------------------------------------------------------------------- unix socket
+async def _over_socket(path: Path, method: str, route: str, body: Any = None
+                       ) -> tuple[int, Any]:
+    connector = aiohttp.UnixConnector(path=str(path))
+    async with aiohttp.ClientSession(connector=connector) as client, client.request(
+            method, f"http://admin{route}", json=body) as resp:
+        return resp.status, await resp.json(content_type=None)
+
+
+def test_the_unix_socket_serves_the_api_to_this_user_only(tmp_path: Path) -> None:
+    sock, log = tmp_path / "admin.sock", tmp_path / "log.ndjson"
+
+    async def scenario() -> None:
+        async with fleet(2, decision_log=str(log), admin_socket=str(sock)) as f:
+            assert f.router.admin is not None and f.router.admin.port is None  # no TCP
+            assert stat.S_ISSOCK(sock.stat().st_mode)
+            assert stat.S_IMODE(sock.stat().st_mode) == 0o600  # this user only
+            status, listing = await _over_socket(sock, "GET", "/backends")
+            assert status == 200 and len(listing["urls"]) == 2
+            s0 = listing["urls"][0]
+            status, _ = await _over_socket(sock, "POST", "/backends/remove",
+                                           {"url": s0, "reason": "over the socket"})
+            assert status == 200 and s0 not in f.router.table.active
+            status, body = await _over_socket(sock, "POST", "/backends/remove", {"url": 5})
+            assert status == 400 and "url" in body["error"]["message"]
+        assert not sock.exists()  # the router removes its own socket when it stops
+    run(scenario())
+    assert ("remove_servers", "admin remove: over the socket") in _reasons(log)
+    assert_replays(log)
+
+
+def test_a_taken_socket_path_is_refused_and_left_alone(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from affinity_cli.main import main
+
+    assert socket_path_problem(str(tmp_path / "free.sock")) is None
+    regular = tmp_path / "notes.txt"
+    regular.write_text("keep me\n")
+    problem = socket_path_problem(str(regular))
+    assert problem is not None and "not a socket" in problem
+    live = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    live.bind(str(tmp_path / "live.sock"))
+    live.listen()
+    stale = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    stale.bind(str(tmp_path / "stale.sock"))
+    stale.close()  # a killed router leaves its socket file behind
+    try:
+        problem = socket_path_problem(str(tmp_path / "live.sock"))
+        assert problem is not None and "another process answers" in problem
+        assert socket_path_problem(str(tmp_path / "stale.sock")) is None
+    finally:
+        live.close()
+    problem = socket_path_problem(str(tmp_path / "no-dir" / "a.sock"))
+    assert problem is not None and "does not exist" in problem
+    long = "/tmp/" + "x" * MAX_SOCKET_PATH_BYTES
+    problem = socket_path_problem(long)
+    assert problem is not None and f"1 to {MAX_SOCKET_PATH_BYTES} bytes, got {len(long)}" in (
+        problem)
+    # On the command line: exit 2 before anything starts, and the file is untouched.
+    code = main(["serve", "--backend", "http://127.0.0.1:9", "--admin-socket", str(regular)])
+    assert code == 2 and "not a socket" in capsys.readouterr().err
+    assert regular.read_text() == "keep me\n"
+    with pytest.raises(OptionsError, match="admin_socket must be a file path"):
+        RouterOptions(backends=("http://127.0.0.1:9",), admin_socket=" ")
+
+    async def replaces_the_stale_one() -> None:
+        async with fleet(1, admin_socket=str(tmp_path / "stale.sock")):
+            status, _ = await _over_socket(tmp_path / "stale.sock", "GET", "/backends")
+            assert status == 200
+    run(replaces_the_stale_one())
