@@ -122,6 +122,7 @@ class AdminApi:
             max_connections=64))
         self.port: int | None = None
         self.socket_path: str | None = None
+        self._socket_identity: tuple[int, int] | None = None  # (device, inode) we bound
         self._unix_server: HttpServer | None = None
 
     async def start(self, host: str, port: int) -> int:
@@ -140,6 +141,8 @@ class AdminApi:
         self._unix_server = HttpServer(self.handle, limits)
         await self._unix_server.start_unix(path)
         self.socket_path = path
+        bound = os.lstat(path)
+        self._socket_identity = (bound.st_dev, bound.st_ino)
 
     def stop(self) -> None:
         for server in (self.server, self._unix_server):
@@ -149,10 +152,11 @@ class AdminApi:
         path, self.socket_path = self.socket_path, None
         if path is not None:
             try:
-                if stat.S_ISSOCK(os.lstat(path).st_mode):
-                    os.unlink(path)
+                now = os.lstat(path)
+                if (now.st_dev, now.st_ino) == self._socket_identity:
+                    os.unlink(path)  # ours; a file put there since is not
             except OSError:
-                pass  # already gone, or replaced: not ours to delete
+                pass  # already gone
 
     # ------------------------------------------------------------------ requests
     async def handle(self, request: IncomingRequest) -> None:

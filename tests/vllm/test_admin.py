@@ -243,3 +243,19 @@ def test_a_taken_socket_path_is_refused_and_left_alone(
             status, _ = await _over_socket(tmp_path / "stale.sock", "GET", "/backends")
             assert status == 200
     run(replaces_the_stale_one())
+
+
+def test_stopping_removes_only_its_own_socket(tmp_path: Path) -> None:
+    """A file put at the socket's path while the router runs is not the router's: the
+    stop leaves it. (The control: without that, the router removes its own socket, as
+    the test above checks.)"""
+    sock = tmp_path / "admin.sock"
+
+    async def scenario() -> None:
+        async with fleet(1, admin_socket=str(sock)):
+            sock.unlink()
+            other = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            other.bind(str(sock))  # another program's socket now, at the same path
+            other.close()
+        assert sock.exists()
+    run(scenario())
