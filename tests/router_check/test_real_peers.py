@@ -39,23 +39,28 @@ def _run(tmp_path: Path, capsys: pytest.CaptureFixture[str], *argv: str) -> list
 def test_vllm_router_sticky_least_loaded_counts_sessions_not_requests(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     # Fixed fleet ports: vllm-router's rendezvous hash covers the worker URLs, so with
-    # them fixed the router is deterministic and both runs must shrink to the same trace.
-    # They sit below Linux's ephemeral range (32768-60999), which any outgoing connection
-    # on the machine may be holding a port of at that moment.
+    # them fixed the router is deterministic and both settles must find the same
+    # divergence: the same step, the same choice, the same loads. The shrunk traces are
+    # compared only as a diagnostic: one run of the router that passes where it should
+    # fail (seen once in CI) changes which candidates the shrinker keeps, while the
+    # finding stays the same. The ports sit below Linux's ephemeral range (32768-60999),
+    # which any outgoing connection on the machine may be holding a port of at that moment.
     reports = _run(tmp_path, capsys, "--preset", "vllm-router:sticky_least_loaded",
                    "--policy", "legacy", "--no-failures", "--no-pool-changes", "--budget", "1",
-                   "--seed", "4",
-                   "--length", "12", "--shrink-runs", "10", "--max-failures", "1",
+                   "--seed", "4", "--length", "12", "--max-failures", "1",
                    "--fleet-ports", "30311,30312,30313")
-    traces = []
+    findings = []
     for report in reports:
         assert report["verdict"] == "fail"
         failure = report["failures"][0]  # type: ignore[index]
+        assert failure["confirmed_on_rerun"], report["notes"]
         assert "R-PLACE-1" in failure["requirements"]
         assert any("sessions placed per backend" in v for v in failure["consistent_load_views"])
         assert not any("(the spec)" in v for v in failure["consistent_load_views"])
-        traces.append(failure["minimal_trace"])
-    assert traces[0] == traces[1]
+        assert failure["minimal_trace"][-1] == failure["op"]
+        assert len(failure["minimal_trace"]) < failure["original_length"]
+        findings.append((failure["op"], failure["diagnosis"], failure["loads_before"]))
+    assert findings[0] == findings[1], [(r["notes"], r["failures"]) for r in reports]
 
 
 def test_sglang_router_manual_places_new_keys_at_random(
