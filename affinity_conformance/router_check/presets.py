@@ -82,6 +82,11 @@ class PresetError(ValueError):
     """A bad preset name, template or router start."""
 
 
+class RouterExited(PresetError):
+    """The router exited before it answered: a bad command, or a port picked free that
+    another process took before the router could bind it."""
+
+
 @attrs.frozen
 class Preset:
     name: str
@@ -211,8 +216,8 @@ class RouterProcess:
         deadline = time.monotonic() + timeout
         while not await self._answers(session):
             if self.proc.poll() is not None:
-                raise PresetError(f"router exited with status {self.proc.returncode}: "
-                                  f"{self._log_tail()}")
+                raise RouterExited(f"router exited with status {self.proc.returncode}: "
+                                   f"{self._log_tail()}")
             if time.monotonic() > deadline:
                 self.stop()
                 raise PresetError(f"router not ready after {timeout:.0f} s: {self._log_tail()}")

@@ -176,6 +176,10 @@ async def check_router(options: CheckOptions) -> RouterReport:
                 target.stop()
                 report.router_runs = target.runs
                 report.pool_changes = dict(sorted(target.pool_changes.items()))
+                if target.restarts_after_exit:
+                    report.notes.append(f"the router exited before it answered "
+                                        f"{target.restarts_after_exit} time(s) and was "
+                                        f"started again on new ports")
     finally:
         report.probes = dict(sorted(fleet.probes.items()))
         await fleet.stop()

@@ -35,7 +35,7 @@ import attrs
 from affinity_engine import DEFAULT_MAX_CACHE_SIZE
 
 from .fleet import MODEL, RecordingFleet
-from .presets import Preset, PresetError, RouterProcess, expand, free_port
+from .presets import Preset, PresetError, RouterExited, RouterProcess, expand, free_port
 
 __all__ = ["SettlePlan", "Target"]
 
@@ -44,6 +44,7 @@ ATTACH_GRACE = 0.5
 MIN_SETTLE = 0.05
 ROUND_TRIPS = 10.0
 POLL_TIMEOUT = 5.0
+START_ATTEMPTS = 3
 
 
 @attrs.frozen
@@ -77,6 +78,7 @@ class Target:
         self.admin_url = ""  # the pool API's address (pool "affinity-admin")
         self.removals = 0  # affinity-admin: even removals drain, odd ones remove
         self.pool_changes: dict[str, int] = {}  # pool changes made, by action, all runs
+        self.restarts_after_exit = 0  # starts repeated because the router exited at once
 
     async def fresh(self, http: aiohttp.ClientSession) -> None:
         """A router with no state from earlier runs (see the module docstring)."""
@@ -88,7 +90,27 @@ class Target:
                 self.round_trip = await _round_trip(http, self.url)
             return
         self.stop()
-        port, metrics_port, admin_port = free_port(), free_port(), free_port()
+        # A port picked free can be taken (by any outgoing connection) before the router
+        # binds it; a router that exits before it answers is started again on new ports.
+        for attempt in range(1, START_ATTEMPTS + 1):
+            try:
+                started = await self._start(http)
+                break
+            except RouterExited:
+                self.process = None
+                if attempt == START_ATTEMPTS:
+                    raise
+                self.restarts_after_exit += 1
+        if self.runs == 1:
+            self.round_trip = started.round_trip
+
+    async def _start(self, http: aiohttp.ClientSession) -> RouterProcess:
+        """Start the router once, on new ports."""
+        ports: list[int] = []
+        while len(ports) < 3:  # three distinct ports: the kernel may hand one out twice
+            if (picked := free_port()) not in ports:
+                ports.append(picked)
+        port, metrics_port, admin_port = ports
         self.url = f"http://127.0.0.1:{port}"
         self.metrics_url = f"http://127.0.0.1:{metrics_port}"
         self.admin_url = f"http://127.0.0.1:{admin_port}"
@@ -105,8 +127,7 @@ class Target:
         self.command += self.extra
         self.process = RouterProcess(self.command, self.url, self.log_path)
         await self.process.start(http)
-        if self.runs == 1:
-            self.round_trip = self.process.round_trip
+        return self.process
 
     async def _attach(self, http: aiohttp.ClientSession) -> None:
         """Wait until the running router has health-checked every fleet backend since the

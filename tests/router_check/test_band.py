@@ -138,7 +138,9 @@ def test_band_divergences_are_explained_with_r_band_1_and_r_band_2() -> None:
 def _check(tmp_path: Path, name: str, capsys: pytest.CaptureFixture[str],
            *argv: str) -> tuple[int, dict[str, object]]:
     code = main(["check-router", *argv, *COMMON, "--out", str(tmp_path / name)])
-    report = json.loads(capsys.readouterr().out)
+    captured = capsys.readouterr()
+    assert captured.out.strip(), f"check-router exited {code} without a report: {captured.err}"
+    report = json.loads(captured.out)
     assert isinstance(report, dict)
     return code, report
 
