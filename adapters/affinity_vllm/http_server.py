@@ -158,7 +158,11 @@ class HttpServer:
 
     def _loop_exception(self, loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
         exc = context.get("exception")
-        if isinstance(exc, OSError) and "accept" in str(context.get("message", "")):
+        # The handler is the loop's, not this server's: the one installed last (an admin
+        # server's, say) sees every server's accept errors, so one with nobody to count
+        # them passes them on to the handler it replaced.
+        if (isinstance(exc, OSError) and "accept" in str(context.get("message", ""))
+                and self._router_error is not None):
             # The loop drops the pending connection and pauses accepting (asyncio: 1 s).
             self.router_error("fd", f"a client connection could not be accepted: {exc} "
                               "(the router's file-descriptor limit; see ulimit -n and "

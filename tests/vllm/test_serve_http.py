@@ -295,6 +295,40 @@ def test_a_second_at_the_descriptor_limit_is_the_routers_error(
     assert lines and "1020 files open of the limit 1024" in lines[0], lines
 
 
+def test_an_accept_error_reaches_the_server_that_counts_it_when_another_started_later(
+        ) -> None:
+    """The loop has one exception handler. The pool API's servers start after the
+    client-facing one and install theirs last, so they must pass on the accept errors they
+    have nobody to count; otherwise fd exhaustion goes unlogged whenever the API is on."""
+    from affinity_vllm.http1 import ServerLimits
+    from affinity_vllm.http_server import HttpServer
+
+    async def handler(request: Any) -> None:
+        raise AssertionError("no request is sent")
+
+    async def scenario() -> list[tuple[str, str]]:
+        counted: list[tuple[str, str]] = []
+        client = HttpServer(handler, ServerLimits(), router_error=lambda k, m: counted.append(
+            (k, m)))
+        admin = HttpServer(handler, ServerLimits())
+        await client.start("127.0.0.1", 0)
+        await admin.start("127.0.0.1", 0)
+        try:
+            loop = asyncio.get_running_loop()
+            loop.call_exception_handler({"message": "socket.accept() out of system resource",
+                                         "exception": OSError(errno.EMFILE, "Too many open "
+                                                              "files")})
+        finally:
+            for server in (admin, client):
+                server.stop_listening()
+                server.abort_all()
+        return counted
+
+    counted = run(scenario())
+    assert [kind for kind, _ in counted] == ["fd"], counted
+    assert "could not be accepted" in counted[0][1]
+
+
 def test_descriptor_use_counts_this_process_open_files() -> None:
     from affinity_vllm.limits import descriptor_use
 
